@@ -1,0 +1,124 @@
+"""`rlcore`: build the base model, run a training job, evaluate a run, print the config schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlcore.config import ConfigError, RunConfig, config_from_dict, load_config, run_config_schema
+from rlcore.records import RunExistsError, atomic_write_json, is_complete
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.set)
+    from rlcore.runners import run_mode
+
+    summary = run_mode(cfg, args.out, force=args.force)
+    m = summary["metrics"]
+    print(f"run complete: {args.out} | {summary['updates']} updates in "
+          f"{summary['time']['wall_s']:.1f}s | train pass (last {cfg.eval.window} updates) "
+          f"{m['train_pass_rate_final']:.3f}")
+    return 0
+
+
+def _build_base(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.set) if args.config else config_from_dict({})
+    from rlcore.tiny import build_base
+    from rlcore.tiny import is_complete as base_done
+
+    existed = base_done(args.out_dir) and not args.force
+    info = build_base(args.out_dir, cfg, force=args.force)
+    verb = "already built" if existed else f"built in {info['build_s']:.1f}s"
+    print(f"base model {verb}: {args.out_dir} ({info['params']:,} parameters)")
+    return 0
+
+
+def run_config_of(run_dir: Path) -> RunConfig:
+    """The resolved config a run recorded in its config.json."""
+    cfg_file = run_dir / "config.json"
+    if not is_complete(run_dir) or not cfg_file.is_file():
+        raise ConfigError(f"'{run_dir}' is not a complete run directory (no summary.json); "
+                          "run `rlcore run CONFIG --out DIR` first")
+    return config_from_dict(json.loads(cfg_file.read_text())["config"])
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from rlcore.backend import HFPolicy
+    from rlcore.evaluation import evaluate_policy
+    from rlcore.runners.common import set_threads
+    from rlcore.tasks import load_suite
+
+    run_dir = Path(args.run_dir)
+    cfg = run_config_of(run_dir)
+    if args.policy == "final":
+        if not (run_dir / "policy" / "config.json").is_file():
+            raise ConfigError(f"'{run_dir}' saved no final policy (runtime.save_policy was "
+                              "false); rerun with runtime.save_policy: true")
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
+                                                                 path=str(run_dir / "policy")))
+    set_threads(cfg)
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout")
+    heldout = load_suite(cfg.task).split("heldout")[: cfg.eval.heldout_tasks]
+    result: dict[str, Any] = {"policy": args.policy, "model_path": cfg.model.path,
+                              **evaluate_policy(policy, heldout, cfg, seed=args.seed)}
+    out = run_dir / ("eval.json" if args.policy == "final" else "eval_base.json")
+    atomic_write_json(out, result)
+    print(f"{args.policy} policy on {result['tasks']} held-out tasks: greedy pass "
+          f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f} "
+          f"-> {out}")
+    return 0
+
+
+def _schema(_: argparse.Namespace) -> int:
+    print(json.dumps(run_config_schema(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlcore", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    overrides = {"action": "append", "default": [], "metavar": "KEY=VALUE",
+                 "help": "override a config key, e.g. --set train.updates=10 (repeatable)"}
+
+    r = sub.add_parser("run", help="train one run and write its run directory")
+    r.add_argument("config", help="run config (YAML or JSON)")
+    r.add_argument("--out", required=True, help="run directory to write")
+    r.add_argument("--force", action="store_true", help="replace a complete run in --out")
+    r.add_argument("--set", **overrides)
+    r.set_defaults(func=_run)
+
+    b = sub.add_parser("build-base", help="build and warm-start the embedded tiny model")
+    b.add_argument("out_dir", help="directory to save the model in (save_pretrained)")
+    b.add_argument("--config", help="config whose task and base sections to use")
+    b.add_argument("--force", action="store_true", help="rebuild even if already built")
+    b.add_argument("--set", **overrides)
+    b.set_defaults(func=_build_base)
+
+    e = sub.add_parser("eval", help="score a run's policy on the held-out split")
+    e.add_argument("run_dir", help="a complete run directory")
+    e.add_argument("--policy", choices=["final", "base"], default="final",
+                   help="the run's final weights (eval.json) or its base model (eval_base.json)")
+    e.add_argument("--seed", type=int, default=12345, help="sampling seed of the evaluation")
+    e.set_defaults(func=_eval)
+
+    s = sub.add_parser("config-schema", help="print the run config's JSON Schema")
+    s.set_defaults(func=_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, RunExistsError, FileExistsError) as e:
+        print(f"rlcore: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

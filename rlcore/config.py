@@ -1,0 +1,395 @@
+"""The run configuration: one frozen, typed object, validated once at the boundary.
+
+Every field carries a one-line help text and its constraints in its metadata. The JSON Schema
+used for validation is generated from these dataclasses, so the types, the allowed values and
+the documentation live in one place (`rlcore config-schema` prints it). Unknown keys, wrong
+types and values outside the allowed set are rejected with a message naming the key, the value
+given and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration the user must fix; the message says which key and how."""
+
+
+def _f(default: Any, help: str, **constraints: Any) -> Any:
+    """A dataclass field with a help line and JSON-Schema constraints (minimum, maximum, ...)."""
+    if isinstance(default, list | dict):
+        return dataclasses.field(
+            default_factory=lambda: type(default)(default),
+            metadata={"help": help, **constraints},
+        )
+    return dataclasses.field(default=default, metadata={"help": help, **constraints})
+
+
+def _section(cls: type, help: str) -> Any:
+    return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    path: str = _f(
+        "models/tiny",
+        "Local Hugging Face model directory (config.json + weights); build the embedded tiny "
+        "model there with `rlcore build-base DIR`, or point at e.g. a Qwen2.5-0.5B-Instruct copy.",
+    )
+    dtype: Literal["fp32", "fp16"] = _f(
+        "fp32", "fp32 weights; fp16 = fp32 weights with fp16 autocast (CUDA only, as on V100)."
+    )
+    attn_implementation: Literal["eager", "sdpa"] = _f(
+        "sdpa", "Attention kernel passed to from_pretrained; FlashAttention is deliberately absent."
+    )
+    rollout_device: str = _f(
+        "auto", "Device of the rollout role: auto (cuda:0 if present, else cpu), cpu, cuda:N.",
+        pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+    )
+    trainer_device: str = _f(
+        "auto", "Device of the trainer role: auto (cuda:1, or cuda:0 with one GPU, else cpu).",
+        pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+    )
+    prompt_format: Literal["raw", "chat"] = _f(
+        "raw", "raw: the task prompt as is; chat: wrapped in the tokenizer's chat template."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    suite: Literal["arith", "jsonl"] = _f("arith", "Task suite: generated arithmetic, or a file.")
+    split_seed: int = _f(
+        1234, "Seed of task generation and of the train/held-out split (shared by all runs).",
+        minimum=0,
+    )
+    max_operand: int = _f(
+        29, "arith: operands are drawn from 0..max_operand.", minimum=1, maximum=10**6
+    )
+    operators: list[Literal["+", "-", "*"]] = _f(
+        ["+"], "arith: operators to use; '-' keeps results non-negative.", minItems=1
+    )
+    heldout_size: int = _f(
+        300, "arith: number of distinct problems held out from training.", minimum=1
+    )
+    train_path: str | None = _f(None, "jsonl: file of training tasks, one JSON object a line.")
+    heldout_path: str | None = _f(None, "jsonl: file of held-out tasks, one JSON object a line.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    max_new_tokens: int = _f(6, "Longest response, in tokens.", minimum=1)
+    temperature: float = _f(
+        1.0, "Sampling temperature; log-probabilities are those of this distribution.",
+        exclusiveMinimum=0,
+    )
+    chunk_tokens: int = _f(
+        2, "Tokens generated between two checks of the policy version (interrupt points).",
+        minimum=1,
+    )
+    group_size: int = _f(
+        4, "Samples drawn per prompt; group_mean baselines compare within a group.", minimum=1
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    updates: int = _f(400, "Number of policy updates (policy versions) in a run.", minimum=1)
+    update_batch_size: int = _f(
+        32, "Accepted samples per update; a multiple of rollout.group_size.", minimum=1
+    )
+    minibatches: int = _f(
+        1, "Optimizer steps per update batch (one policy version per batch).", minimum=1
+    )
+    objective: Literal["pg", "behav_clip", "decoupled", "a3po"] = _f(
+        "pg",
+        "pg: plain policy gradient (paper decoupled_objective=0); behav_clip: clipped ratio vs "
+        "behaviour log-probs + k3 KL (=1); decoupled: AReaL eq. 3; a3po: loglinear proximal.",
+    )
+    clip_eps: float = _f(0.2, "PPO clip range epsilon.", exclusiveMinimum=0, maximum=1)
+    kl_coef: float = _f(
+        0.0, "Weight of the non-negative k3 KL term (clipped objectives).", minimum=0
+    )
+    advantage_baseline: Literal["batch_mean", "group_mean", "none"] = _f(
+        "group_mean", "Advantage = reward minus this baseline."
+    )
+    normalize_advantage: bool = _f(False, "Divide advantages by their batch std (+1e-6).")
+    lr: float = _f(3e-4, "AdamW learning rate.", exclusiveMinimum=0)
+    betas: list[float] = _f([0.9, 0.999], "AdamW betas.", minItems=2, maxItems=2)
+    weight_decay: float = _f(0.0, "AdamW weight decay.", minimum=0)
+    adam_eps: float = _f(1e-8, "AdamW epsilon.", exclusiveMinimum=0)
+    max_grad_norm: float = _f(1.0, "Gradient-norm clip; 0 disables.", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncConfig:
+    staleness_k: int = _f(
+        0, "Accept a sample iff staleness = v_current - v_rollout <= K (sync is always 0).",
+        minimum=0,
+    )
+    interrupt: Literal["resubmit", "continue"] = _f(
+        "resubmit",
+        "On a newer policy mid-generation: resubmit the task (paper) or continue the partial "
+        "response under the new weights (AReaL).",
+    )
+    max_retries: int = _f(
+        2, "Resubmissions of an interrupted task before it is dropped as interrupted.", minimum=0
+    )
+    staleness_control: Literal["filter", "throttle", "both"] = _f(
+        "filter", "filter: drop stale samples; throttle: bound dispatch (AReaL eq. 1); both."
+    )
+    rollout_train_ratio: float | None = _f(
+        None, "If set, samples generated per applied update are held at this ratio.",
+        exclusiveMinimum=0,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    timeout_sec: float = _f(5.0, "Wall-clock limit of one reward evaluation.", exclusiveMinimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    heldout_tasks: int = _f(
+        300, "Held-out tasks scored by `rlcore eval` (all of the split if it is smaller).",
+        minimum=1,
+    )
+    samples_per_task: int = _f(
+        4, "Sampled responses per held-out task for the sampled pass rate.", minimum=1
+    )
+    batch_size: int = _f(64, "Prompts per generation batch during evaluation.", minimum=1)
+    threshold: float = _f(
+        0.5, "Pass-rate level for time-to-threshold (paper Figure 3).", minimum=0, maximum=1
+    )
+    window: int = _f(
+        5, "Updates in the moving average of the training pass rate.", minimum=1
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    threads_per_role: int = _f(
+        1, "torch CPU threads for each role (rollout, trainer); matched across modes.", minimum=1
+    )
+    progress_every: int = _f(
+        10, "Print a progress line every this many updates; 0 silences it.", minimum=0
+    )
+    save_policy: bool = _f(True, "Save the final policy in the run directory (for eval).")
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseModelConfig:
+    hidden_size: int = _f(64, "tiny model: width of the Qwen2 decoder.", minimum=8)
+    num_layers: int = _f(2, "tiny model: decoder layers.", minimum=1)
+    num_heads: int = _f(4, "tiny model: attention heads (2 key/value heads, grouped).", minimum=2)
+    intermediate_size: int = _f(256, "tiny model: MLP width.", minimum=8)
+    warm_start_steps: int = _f(
+        1500, "Supervised steps on the train split, so RL starts weak but not at zero.", minimum=0
+    )
+    warm_start_batch: int = _f(64, "Supervised batch size (sequences).", minimum=1)
+    warm_start_lr: float = _f(3e-3, "Supervised AdamW learning rate.", exclusiveMinimum=0)
+    warm_start_label_noise: float = _f(
+        0.5,
+        "Fraction of warm-start answers replaced by a wrong number: the model learns the skill "
+        "but samples it unreliably, the regime where RL sharpens a policy.",
+        minimum=0, maximum=0.95,
+    )
+    seed: int = _f(0, "Seed of the initial weights and of the warm-start order.", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    mode: Literal["sync", "async", "areal"] = _f(
+        "sync", "Runner: sync (sync_train), async (threaded), areal (multi-process)."
+    )
+    seed: int = _f(0, "Seed of sampling, task order and training.", minimum=0)
+    model: ModelConfig = _section(ModelConfig, "The policy model and where it runs.")
+    task: TaskConfig = _section(TaskConfig, "The task suite.")
+    rollout: RolloutConfig = _section(RolloutConfig, "Generation settings.")
+    train: TrainConfig = _section(TrainConfig, "Updates, optimizer and objective.")
+    staleness: AsyncConfig = _section(AsyncConfig, "Bounded staleness and interruption.")
+    reward: RewardConfig = _section(RewardConfig, "Reward harness.")
+    eval: EvalConfig = _section(EvalConfig, "Held-out evaluation and thresholds.")
+    runtime: RuntimeConfig = _section(RuntimeConfig, "Threads, progress and outputs.")
+    base: BaseModelConfig = _section(
+        BaseModelConfig, "The embedded tiny model that `rlcore build-base` makes."
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --- schema generation -----------------------------------------------------------------------
+
+_SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def _type_schema(tp: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return schema_for(tp)
+    if origin is Literal:
+        return {"enum": list(typing.get_args(tp))}
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = _type_schema(members[0]) if len(members) == 1 else {}
+        return {"anyOf": [inner, {"type": "null"}]}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
+    if tp in _SCALARS:
+        return {"type": _SCALARS[tp]}
+    raise TypeError(f"no schema mapping for {tp!r}")
+
+
+def schema_for(cls: type) -> dict[str, Any]:
+    """JSON Schema of a config dataclass, with each field's help as its description."""
+    hints = typing.get_type_hints(cls)
+    props: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        prop = _type_schema(hints[f.name])
+        prop["description"] = meta.pop("help")
+        if "anyOf" in prop:  # constraints belong to the non-null branch
+            prop["anyOf"][0].update(meta)
+        else:
+            prop.update(meta)
+        props[f.name] = prop
+    return {"type": "object", "properties": props, "additionalProperties": False}
+
+
+def run_config_schema() -> dict[str, Any]:
+    schema = schema_for(RunConfig)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rlcore run config"
+    return schema
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _key(path: typing.Iterable[Any]) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _explain(err: jsonschema.ValidationError) -> str:
+    key = _key(err.absolute_path)
+    given = json.dumps(err.instance, default=str)
+    v, want = err.validator, err.validator_value
+    if v == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        where = "" if key == "(top level)" else f" under '{key}'"
+        return f"unknown config key {extra}{where}; allowed keys: {', '.join(allowed)}"
+    if v == "type":
+        return f"config key '{key}' is {given}, which is not of type {want}"
+    if v == "enum":
+        return f"config key '{key}' is {given}; allowed values: {', '.join(map(str, want))}"
+    if v == "anyOf":
+        # Optional fields: explain against the non-null branch.
+        inner = next(iter(jsonschema.Draft202012Validator(err.schema["anyOf"][0]).iter_errors(
+            err.instance)), None)
+        if inner is not None:
+            inner.path.extendleft(reversed(list(err.absolute_path)))
+            return _explain(inner)
+        return f"config key '{key}' is {given}; expected {err.schema['anyOf'][0]} or null"
+    return f"config key '{key}' is {given}: {err.message.replace(given, '').strip()} ({v} {want})"
+
+
+def _validate_semantics(cfg: RunConfig) -> None:
+    """Rules that cross fields and so cannot live in the schema."""
+    t = cfg.train
+    if t.update_batch_size % cfg.rollout.group_size:
+        raise ConfigError(
+            f"train.update_batch_size ({t.update_batch_size}) must be a multiple of "
+            f"rollout.group_size ({cfg.rollout.group_size})"
+        )
+    if t.update_batch_size % t.minibatches:
+        raise ConfigError(
+            f"train.update_batch_size ({t.update_batch_size}) must be divisible by "
+            f"train.minibatches ({t.minibatches})"
+        )
+    if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
+        raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
+    if cfg.mode == "sync" and cfg.staleness.staleness_k != 0:
+        raise ConfigError(
+            f"mode 'sync' is on-policy: staleness.staleness_k must be 0, got "
+            f"{cfg.staleness.staleness_k}"
+        )
+
+
+def _build(cls: type, data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        kwargs[f.name] = _build(hints[f.name], value) if dataclasses.is_dataclass(
+            hints[f.name]) else value
+    return cls(**kwargs)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """Validate a (possibly partial) mapping and return the full config with defaults filled."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"a config must be a mapping of keys to values, got {type(data).__name__}"
+        )
+    errors = sorted(
+        jsonschema.Draft202012Validator(run_config_schema()).iter_errors(data),
+        key=lambda e: list(map(str, e.absolute_path)),
+    )
+    if errors:
+        raise ConfigError("; ".join(_explain(e) for e in errors))
+    cfg = _build(RunConfig, data)
+    _validate_semantics(cfg)
+    return cfg
+
+
+def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> dict[str, Any]:
+    """Apply `dotted.key=value` overrides (value parsed as YAML) to a nested mapping."""
+    out = json.loads(json.dumps(data))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value")
+        dotted, raw = item.split("=", 1)
+        node = out
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{p}' is not a section")
+        node[leaf] = yaml.safe_load(raw)
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or JSON config file into a mapping, with a clear error if it cannot."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' does not exist")
+    try:
+        text = p.read_text()
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"config file '{p}' is not valid {p.suffix.lstrip('.')}: {e}") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{p}' must hold a mapping at the top level")
+    return data
+
+
+def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> RunConfig:
+    """Load, override and validate a config file: the one entry point used by the CLI."""
+    return config_from_dict(apply_overrides(read_config_file(path), overrides))
