@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny base model built once per test session, and small configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.config import RunConfig, config_from_dict
+from rlcore.tiny import build_base
+
+# Small and quick: enough steps to produce answers of the right shape, not to be good.
+FAST_BASE = {"warm_start_steps": 60, "warm_start_label_noise": 0.5}
+
+
+def small_config(model_path: str | Path, **sections: Any) -> dict[str, Any]:
+    """A config dict for short test runs; keyword arguments replace or extend sections."""
+    data: dict[str, Any] = {
+        "seed": 0,
+        "model": {"path": str(model_path)},
+        "task": {"max_operand": 9, "heldout_size": 30},
+        "rollout": {"max_new_tokens": 5, "chunk_tokens": 2, "group_size": 4},
+        "train": {"updates": 4, "update_batch_size": 8},
+        "eval": {"heldout_tasks": 30, "samples_per_task": 2},
+        "runtime": {"progress_every": 0},
+        "base": FAST_BASE,
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values} if isinstance(values, dict) else values
+    return data
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2 char model, saved with save_pretrained, shared by the whole session."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("models") / "tiny"
+    build_base(out, config_from_dict(small_config("unused")))
+    return out
+
+
+@pytest.fixture
+def cfg(tiny_model_dir: Path) -> RunConfig:
+    return config_from_dict(small_config(tiny_model_dir))
