@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlcore.config import ConfigError, RunConfig, config_from_dict, load_config, run_config_schema
+from rlcore.config import (
+    ConfigError,
+    RunConfig,
+    config_from_dict,
+    config_reference_markdown,
+    load_config,
+    run_config_schema,
+)
 from rlcore.records import RunExistsError, atomic_write_json, is_complete
 
 
@@ -74,8 +81,21 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schema(_: argparse.Namespace) -> int:
-    print(json.dumps(run_config_schema(), indent=2))
+def _bench(args: argparse.Namespace) -> int:
+    from rlcore.bench import bench
+
+    cfg = load_config(args.config, args.set)
+    result = bench(cfg, args.steps)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        atomic_write_json(Path(args.out), result)
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(config_reference_markdown() if args.markdown else
+          json.dumps(run_config_schema(), indent=2))
     return 0
 
 
@@ -106,7 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=12345, help="sampling seed of the evaluation")
     e.set_defaults(func=_eval)
 
+    n = sub.add_parser("bench", help="runner step time against a bare REINFORCE step")
+    n.add_argument("config", help="run config (YAML or JSON)")
+    n.add_argument("--steps", type=int, default=100, help="timed steps of each loop")
+    n.add_argument("--out", help="also write the figures to this JSON file")
+    n.add_argument("--set", **overrides)
+    n.set_defaults(func=_bench)
+
     s = sub.add_parser("config-schema", help="print the run config's JSON Schema")
+    s.add_argument("--markdown", action="store_true",
+                   help="print the reference table of config/README.md instead")
     s.set_defaults(func=_schema)
     return p
 

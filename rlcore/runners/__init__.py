@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlcore.config import RunConfig
+from rlcore.config import ConfigError, RunConfig
 
 
 def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
@@ -14,4 +14,5 @@ def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[s
         from rlcore.runners.sync import sync_train
 
         return sync_train(cfg, out_dir, force=force)
-    raise NotImplementedError(f"mode '{cfg.mode}' is not built yet; use mode: sync")
+    raise ConfigError(f"mode '{cfg.mode}' is not built yet (the asynchronous runtime is the "
+                      "next stage); use mode: sync")
