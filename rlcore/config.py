@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -21,17 +22,31 @@ import jsonschema
 import yaml
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader that reads 1e-4 as a number (YAML 1.2), not as the string '1e-4'."""
+
+
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML with numbers read as YAML 1.2 does; errors become ConfigError."""
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {e}") from e
+
+
 class ConfigError(ValueError):
     """A configuration the user must fix; the message says which key and how."""
 
 
 def _f(default: Any, help: str, **constraints: Any) -> Any:
     """A dataclass field with a help line and JSON-Schema constraints (minimum, maximum, ...)."""
-    if isinstance(default, list | dict):
-        return dataclasses.field(
-            default_factory=lambda: type(default)(default),
-            metadata={"help": help, **constraints},
-        )
     return dataclasses.field(default=default, metadata={"help": help, **constraints})
 
 
@@ -75,8 +90,9 @@ class TaskConfig:
     max_operand: int = _f(
         29, "arith: operands are drawn from 0..max_operand.", minimum=1, maximum=10**6
     )
-    operators: list[Literal["+", "-", "*"]] = _f(
-        ["+"], "arith: operators to use; '-' keeps results non-negative.", minItems=1
+    operators: tuple[Literal["+", "-", "*"], ...] = _f(
+        ("+",), "arith: operators to use; '-' keeps results non-negative.", minItems=1,
+        uniqueItems=True,
     )
     heldout_size: int = _f(
         300, "arith: number of distinct problems held out from training.", minimum=1
@@ -124,7 +140,7 @@ class TrainConfig:
     )
     normalize_advantage: bool = _f(False, "Divide advantages by their batch std (+1e-6).")
     lr: float = _f(3e-4, "AdamW learning rate.", exclusiveMinimum=0)
-    betas: list[float] = _f([0.9, 0.999], "AdamW betas.", minItems=2, maxItems=2)
+    betas: tuple[float, float] = _f((0.9, 0.999), "AdamW betas.", minItems=2, maxItems=2)
     weight_decay: float = _f(0.0, "AdamW weight decay.", minimum=0)
     adam_eps: float = _f(1e-8, "AdamW epsilon.", exclusiveMinimum=0)
     max_grad_norm: float = _f(1.0, "Gradient-norm clip; 0 disables.", minimum=0)
@@ -226,7 +242,8 @@ class RunConfig:
     )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON-ready data (tuples as lists) that config_from_dict accepts back."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
 # --- schema generation -----------------------------------------------------------------------
@@ -244,7 +261,7 @@ def _type_schema(tp: Any) -> dict[str, Any]:
         members = [a for a in typing.get_args(tp) if a is not type(None)]
         inner = _type_schema(members[0]) if len(members) == 1 else {}
         return {"anyOf": [inner, {"type": "null"}]}
-    if origin is list:
+    if origin in (list, tuple):
         return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
     if tp in _SCALARS:
         return {"type": _SCALARS[tp]}
@@ -339,7 +356,13 @@ def _explain(err: jsonschema.ValidationError) -> str:
             inner.path.extendleft(reversed(list(err.absolute_path)))
             return _explain(inner)
         return f"config key '{key}' is {given}; expected {err.schema['anyOf'][0]} or null"
-    return f"config key '{key}' is {given}: {err.message.replace(given, '').strip()} ({v} {want})"
+    rule = {
+        "minimum": f">= {want}", "maximum": f"<= {want}", "exclusiveMinimum": f"> {want}",
+        "exclusiveMaximum": f"< {want}", "minItems": f"a list of at least {want} items",
+        "maxItems": f"a list of at most {want} items", "uniqueItems": "a list without repeats",
+        "pattern": f"a string matching {want}",
+    }.get(v, f"{v} {want}")
+    return f"config key '{key}' is {given}; it must be {rule}"
 
 
 def _validate_semantics(cfg: RunConfig) -> None:
@@ -364,15 +387,21 @@ def _validate_semantics(cfg: RunConfig) -> None:
         )
 
 
+def _coerce(tp: Any, value: Any) -> Any:
+    """Schema-valid data into the field's Python type (the schema has already checked it)."""
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value)
+    if typing.get_origin(tp) is tuple:
+        return tuple(value)
+    if tp is int and isinstance(value, float):
+        return int(value)  # JSON Schema counts 4.0 as an integer; Python's range() does not
+    return value
+
+
 def _build(cls: type, data: Mapping[str, Any]) -> Any:
     hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        kwargs[f.name] = _build(hints[f.name], value) if dataclasses.is_dataclass(
-            hints[f.name]) else value
+    kwargs = {f.name: _coerce(hints[f.name], data[f.name])
+              for f in dataclasses.fields(cls) if f.name in data}
     return cls(**kwargs)
 
 
@@ -406,7 +435,10 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{item}': '{p}' is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = parse_yaml(raw)
+        except ConfigError as e:
+            raise ConfigError(f"override '{item}': the value is {e}") from e
     return out
 
 
@@ -415,10 +447,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist")
+    text = p.read_text()
     try:
-        text = p.read_text()
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        data = json.loads(text) if p.suffix == ".json" else parse_yaml(text)
+    except (json.JSONDecodeError, ConfigError) as e:
         raise ConfigError(f"config file '{p}' is not valid {p.suffix.lstrip('.')}: {e}") from e
     if data is None:
         data = {}

@@ -103,7 +103,8 @@ def read_task_file(path: str | Path) -> list[Task]:
     validator = jsonschema.Draft202012Validator(TASK_LINE_SCHEMA)
     tasks: list[Task] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(p.read_text().splitlines(), start=1):
+    # split("\n"), not splitlines(): U+2028 and friends are legal inside JSON strings.
+    for lineno, line in enumerate(p.read_text().split("\n"), start=1):
         if not line.strip():
             continue
         try:

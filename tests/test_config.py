@@ -1,0 +1,375 @@
+"""The run config: defaults, file loading, schema validation messages, overrides, the schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlcore.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    config_from_dict,
+    load_config,
+    read_config_file,
+    run_config_schema,
+)
+
+TOP_LEVEL_KEYS = ["base", "eval", "mode", "model", "reward", "rollout", "runtime", "seed",
+                  "staleness", "task", "train"]
+
+
+def error_of(data: Any) -> str:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    return str(info.value)
+
+
+class TestDefaults:
+    def test_empty_dict_gives_the_documented_defaults(self) -> None:
+        cfg = config_from_dict({})
+        assert cfg == RunConfig()
+        assert cfg.mode == "sync"
+        assert cfg.model.path == "models/tiny"
+        assert cfg.task.suite == "arith"
+        assert cfg.task.operators == ("+",)
+        assert cfg.train.updates == 400
+        assert cfg.train.lr == pytest.approx(3e-4)
+        assert cfg.train.betas == (0.9, 0.999)
+        assert cfg.staleness.staleness_k == 0
+        assert cfg.staleness.rollout_train_ratio is None
+
+    def test_sequences_are_immutable_and_the_config_hashable(self) -> None:
+        cfg = config_from_dict({"task": {"operators": ["+", "-"]}})
+        with pytest.raises(AttributeError):
+            cfg.task.operators.append("*")  # type: ignore[attr-defined]
+        assert hash(cfg) == hash(config_from_dict({"task": {"operators": ["+", "-"]}}))
+
+    def test_to_dict_round_trips_through_validation(self) -> None:
+        cfg = config_from_dict({"seed": 3, "train": {"objective": "a3po", "lr": 1.0e-3}})
+        assert config_from_dict(cfg.to_dict()) == cfg
+
+    @pytest.mark.parametrize("data", [[], "mode: sync", 3, None])
+    def test_a_non_mapping_is_rejected(self, data: Any) -> None:
+        assert "must be a mapping" in error_of(data)
+
+
+class TestConfigFiles:
+    def test_partial_yaml_file_is_filled_with_defaults(self, tmp_path: Path) -> None:
+        path = tmp_path / "run.yaml"
+        path.write_text("seed: 7\ntrain:\n  updates: 12\n  lr: 1.0e-3\n")
+        cfg = load_config(path)
+        assert (cfg.seed, cfg.train.updates, cfg.train.lr) == (7, 12, 1e-3)
+        assert cfg.train.update_batch_size == 32  # untouched key keeps its default
+        assert cfg.rollout == RunConfig().rollout
+
+    def test_partial_json_file_loads(self, tmp_path: Path) -> None:
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps({"mode": "sync", "rollout": {"group_size": 8}}))
+        cfg = load_config(path)
+        assert cfg.rollout.group_size == 8
+        assert cfg.train.update_batch_size == 32
+
+    def test_empty_yaml_file_gives_defaults(self, tmp_path: Path) -> None:
+        path = tmp_path / "empty.yaml"
+        path.write_text("# nothing but a comment\n")
+        assert load_config(path) == RunConfig()
+
+    def test_overrides_apply_on_top_of_the_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "run.yaml"
+        path.write_text("train:\n  updates: 12\n")
+        cfg = load_config(path, ["train.updates=5", "seed=2"])
+        assert (cfg.train.updates, cfg.seed) == (5, 2)
+
+    def test_missing_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "nope.yaml"
+        with pytest.raises(ConfigError, match="does not exist") as info:
+            load_config(path)
+        assert "nope.yaml" in str(info.value)
+
+    def test_invalid_yaml(self, tmp_path: Path) -> None:
+        path = tmp_path / "bad.yaml"
+        path.write_text("train:\n  updates: [1, 2\n")
+        with pytest.raises(ConfigError, match="not valid yaml") as info:
+            load_config(path)
+        assert "bad.yaml" in str(info.value)
+
+    def test_invalid_json(self, tmp_path: Path) -> None:
+        path = tmp_path / "bad.json"
+        path.write_text('{"seed": 1,}')
+        with pytest.raises(ConfigError, match="not valid json"):
+            read_config_file(path)
+
+    def test_top_level_list_is_rejected(self, tmp_path: Path) -> None:
+        path = tmp_path / "list.yaml"
+        path.write_text("- seed\n- 1\n")
+        with pytest.raises(ConfigError, match="mapping at the top level"):
+            read_config_file(path)
+
+    def test_an_invalid_value_in_a_file_is_reported_with_its_key(self, tmp_path: Path) -> None:
+        path = tmp_path / "run.yaml"
+        path.write_text("rollout:\n  group_size: 0\n")
+        with pytest.raises(ConfigError, match=r"rollout\.group_size"):
+            load_config(path)
+
+
+class TestUnknownKeys:
+    def test_unknown_top_level_key(self) -> None:
+        msg = error_of({"seed": 1, "learning_rate": 0.1})
+        assert "unknown config key" in msg
+        assert "learning_rate" in msg
+        assert "allowed keys: " + ", ".join(TOP_LEVEL_KEYS) in msg
+
+    def test_unknown_nested_key_names_its_section(self) -> None:
+        msg = error_of({"train": {"updates": 3, "learning_rate": 0.1}})
+        assert "learning_rate" in msg
+        assert "under 'train'" in msg
+        allowed = msg.split("allowed keys:", 1)[1]
+        for key in ("updates", "lr", "objective", "max_grad_norm"):
+            assert key in allowed
+        assert "staleness_k" not in allowed  # only the keys of this section are listed
+
+    def test_every_error_is_reported_at_once(self) -> None:
+        msg = error_of({"bogus": 1, "model": {"paht": "x"}, "train": {"lr": "abc"}})
+        assert "bogus" in msg
+        assert "paht" in msg and "under 'model'" in msg
+        assert "train.lr" in msg
+
+
+class TestTypes:
+    def test_wrong_type_names_key_value_and_expected_type(self) -> None:
+        msg = error_of({"train": {"lr": "abc"}})
+        assert "train.lr" in msg
+        assert '"abc"' in msg
+        assert "number" in msg
+
+    def test_a_boolean_is_not_an_integer(self) -> None:
+        msg = error_of({"seed": True})
+        assert "'seed'" in msg and "integer" in msg
+
+    def test_a_section_must_be_a_mapping(self) -> None:
+        msg = error_of({"train": 5})
+        assert "'train'" in msg and "object" in msg
+
+    def test_list_items_are_type_checked(self) -> None:
+        msg = error_of({"train": {"betas": [0.9, "x"]}})
+        assert "train.betas.1" in msg
+
+    def test_integral_float_for_an_integer_field_is_rejected_or_converted(self) -> None:
+        try:
+            cfg = config_from_dict({"train": {"updates": 4.0}})
+        except ConfigError:
+            return
+        assert isinstance(cfg.train.updates, int)
+
+
+class TestAllowedValues:
+    def test_enum_violation_lists_the_allowed_values(self) -> None:
+        msg = error_of({"train": {"objective": "ppo"}})
+        assert "train.objective" in msg
+        assert '"ppo"' in msg
+        assert "allowed values: pg, behav_clip, decoupled, a3po" in msg
+
+    def test_enum_inside_a_list(self) -> None:
+        msg = error_of({"task": {"operators": ["+", "/"]}})
+        assert "task.operators.1" in msg
+        assert '"/"' in msg
+
+    def test_minimum_violation(self) -> None:
+        msg = error_of({"train": {"updates": 0}})
+        assert "train.updates" in msg
+        assert "is 0" in msg and ">= 1" in msg
+
+    def test_exclusive_minimum_rejects_the_bound_itself(self) -> None:
+        assert "train.lr" in error_of({"train": {"lr": 0}})
+
+    def test_maximum_violation(self) -> None:
+        msg = error_of({"train": {"clip_eps": 1.5}})
+        assert "train.clip_eps" in msg and "<= 1" in msg
+
+    def test_pattern_violation(self) -> None:
+        assert "model.rollout_device" in error_of({"model": {"rollout_device": "gpu0"}})
+
+    def test_values_on_the_bounds_are_accepted(self) -> None:
+        cfg = config_from_dict({"train": {"updates": 1, "clip_eps": 1.0},
+                                "eval": {"threshold": 0.0}})
+        assert (cfg.train.updates, cfg.train.clip_eps, cfg.eval.threshold) == (1, 1.0, 0.0)
+
+    def test_bound_in_the_message_is_not_mangled(self) -> None:
+        msg = error_of({"base": {"warm_start_label_noise": 9}})
+        assert "<= 0.95" in msg and "0.5" not in msg
+
+
+class TestOptionalField:
+    def test_null_is_accepted(self) -> None:
+        cfg = config_from_dict({"staleness": {"rollout_train_ratio": None}})
+        assert cfg.staleness.rollout_train_ratio is None
+
+    def test_a_positive_number_is_accepted(self) -> None:
+        cfg = config_from_dict({"staleness": {"rollout_train_ratio": 2.5}})
+        assert cfg.staleness.rollout_train_ratio == 2.5
+
+    @pytest.mark.parametrize("value", [-1, 0])
+    def test_non_positive_is_rejected_against_the_number_branch(self, value: int) -> None:
+        msg = error_of({"staleness": {"rollout_train_ratio": value}})
+        assert "staleness.rollout_train_ratio" in msg
+        assert "> 0" in msg
+
+    def test_wrong_type_is_explained_against_the_number_branch(self) -> None:
+        msg = error_of({"staleness": {"rollout_train_ratio": "fast"}})
+        assert "staleness.rollout_train_ratio" in msg
+        assert "number" in msg
+
+
+class TestCrossFieldRules:
+    def test_update_batch_size_must_be_a_multiple_of_group_size(self) -> None:
+        msg = error_of({"train": {"update_batch_size": 10}, "rollout": {"group_size": 4}})
+        assert "train.update_batch_size (10)" in msg
+        assert "rollout.group_size (4)" in msg
+
+    def test_update_batch_size_must_be_divisible_by_minibatches(self) -> None:
+        msg = error_of({"train": {"update_batch_size": 8, "minibatches": 3},
+                        "rollout": {"group_size": 4}})
+        assert "train.minibatches (3)" in msg
+
+    @pytest.mark.parametrize("paths", [{}, {"train_path": "t.jsonl"},
+                                       {"heldout_path": "h.jsonl"}])
+    def test_jsonl_suite_needs_both_paths(self, paths: dict[str, str]) -> None:
+        msg = error_of({"task": {"suite": "jsonl", **paths}})
+        assert "task.train_path" in msg and "task.heldout_path" in msg
+
+    def test_jsonl_suite_with_both_paths_is_valid(self) -> None:
+        cfg = config_from_dict({"task": {"suite": "jsonl", "train_path": "t.jsonl",
+                                         "heldout_path": "h.jsonl"}})
+        assert cfg.task.train_path == "t.jsonl"
+
+    def test_sync_mode_rejects_staleness(self) -> None:
+        msg = error_of({"mode": "sync", "staleness": {"staleness_k": 1}})
+        assert "staleness.staleness_k" in msg and "got 1" in msg
+
+    def test_async_mode_allows_staleness(self) -> None:
+        cfg = config_from_dict({"mode": "async", "staleness": {"staleness_k": 1}})
+        assert cfg.staleness.staleness_k == 1
+
+
+class TestOverrides:
+    def test_dotted_keys_and_yaml_values(self) -> None:
+        out = apply_overrides({"train": {"updates": 3}}, [
+            "train.updates=10",
+            "train.lr=0.001",
+            "train.normalize_advantage=true",
+            "task.operators=[+, '-']",
+            "model.path=some/dir",
+            "staleness.rollout_train_ratio=null",
+            "seed=5",
+        ])
+        assert out == {
+            "train": {"updates": 10, "lr": 0.001, "normalize_advantage": True},
+            "task": {"operators": ["+", "-"]},
+            "model": {"path": "some/dir"},
+            "staleness": {"rollout_train_ratio": None},
+            "seed": 5,
+        }
+        cfg = config_from_dict(out)
+        assert cfg.task.operators == ("+", "-")
+
+    def test_the_input_mapping_is_not_changed(self) -> None:
+        data = {"train": {"updates": 3}}
+        apply_overrides(data, ["train.updates=10", "rollout.group_size=2"])
+        assert data == {"train": {"updates": 3}}
+
+    def test_later_override_wins_and_value_may_contain_equals(self) -> None:
+        out = apply_overrides({}, ["seed=1", "seed=2", "model.path=a=b"])
+        assert out == {"seed": 2, "model": {"path": "a=b"}}
+
+    def test_a_value_that_yaml_reads_as_a_string_is_caught_by_validation(self) -> None:
+        with pytest.raises(ConfigError, match="train.updates"):
+            config_from_dict(apply_overrides({}, ["train.updates=ten"]))
+
+    def test_override_without_equals_is_malformed(self) -> None:
+        with pytest.raises(ConfigError, match="train.updates") as info:
+            apply_overrides({}, ["train.updates"])
+        assert "section.key=value" in str(info.value)
+
+    def test_override_through_a_scalar_is_rejected(self) -> None:
+        with pytest.raises(ConfigError, match="'seed' is not a section"):
+            apply_overrides({"seed": 0}, ["seed.value=1"])
+
+    def test_unparseable_value_raises_config_error(self) -> None:
+        with pytest.raises(ConfigError, match="train.betas"):
+            apply_overrides({}, ["train.betas=[0.9"])
+
+    def test_exponent_without_a_dot_is_a_number(self) -> None:
+        cfg = config_from_dict(apply_overrides({}, ["train.lr=1e-4"]))
+        assert cfg.train.lr == pytest.approx(1e-4)
+
+
+def _properties(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (dotted path, property schema) pair, recursing into sections, lists and anyOf."""
+    if isinstance(node, dict):
+        for name, prop in node.get("properties", {}).items():
+            yield f"{path}{name}", prop
+            yield from _properties(prop, f"{path}{name}.")
+        for branch in node.get("anyOf", []):
+            yield from _properties(branch, path)
+        if "items" in node:
+            yield from _properties(node["items"], path)
+
+
+class TestSchema:
+    def test_every_property_has_a_description(self) -> None:
+        props = dict(_properties(run_config_schema()))
+        # Guard against a walk that silently finds nothing.
+        assert {"mode", "train", "train.lr", "staleness.rollout_train_ratio",
+                "base.warm_start_label_noise"} <= set(props)
+        missing = [p for p, s in props.items()
+                   if not (isinstance(s.get("description"), str) and s["description"].strip())]
+        assert missing == []
+
+    def test_every_section_is_closed(self) -> None:
+        schema = run_config_schema()
+        assert schema["additionalProperties"] is False
+        for name in TOP_LEVEL_KEYS:
+            if schema["properties"][name].get("type") == "object":
+                assert schema["properties"][name]["additionalProperties"] is False, name
+
+    def test_schema_is_json_serialisable_and_names_its_dialect(self) -> None:
+        schema = json.loads(json.dumps(run_config_schema()))
+        assert schema["$schema"].endswith("2020-12/schema")
+        assert set(schema["properties"]) == set(TOP_LEVEL_KEYS)
+
+    def test_optional_field_keeps_its_constraint_on_the_non_null_branch(self) -> None:
+        prop = run_config_schema()["properties"]["staleness"]["properties"]["rollout_train_ratio"]
+        number, null = prop["anyOf"]
+        assert number == {"type": "number", "exclusiveMinimum": 0}
+        assert null == {"type": "null"}
+
+    def test_shipped_config_file_is_valid(self) -> None:
+        path = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
+        data = yaml.safe_load(path.read_text())
+        assert config_from_dict(data).train.lr == pytest.approx(3e-4)
+
+
+class TestFrozen:
+    def test_top_level_field_cannot_be_assigned(self) -> None:
+        cfg = config_from_dict({})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cfg.seed = 1  # type: ignore[misc]
+
+    def test_section_cannot_be_replaced_or_changed(self) -> None:
+        cfg = config_from_dict({})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cfg.train = cfg.train  # type: ignore[misc]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cfg.train.lr = 1.0  # type: ignore[misc]
+
+    def test_replace_makes_a_new_object(self) -> None:
+        cfg = config_from_dict({})
+        changed = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, updates=7))
+        assert (changed.train.updates, cfg.train.updates) == (7, 400)
