@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/rlcore build-base models/tiny --config $(CONFIG)
 	$(BIN)/rlcore run $(CONFIG) --out $(RUN_DIR) --force
+	$(BIN)/rlcore eval $(RUN_DIR) --policy base
 	$(BIN)/rlcore eval $(RUN_DIR)
 
 lint: setup

@@ -26,9 +26,13 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as hf_logging
 
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.objectives import compute_loss
+
+# Loading bars from transformers would interleave with the runners' progress lines.
+hf_logging.disable_progress_bar()
 
 
 def resolve_device(spec: str, role: str) -> torch.device:
