@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     DynamicCache,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
@@ -33,6 +35,18 @@ from rlcore.objectives import compute_loss
 
 # Loading bars from transformers would interleave with the runners' progress lines.
 hf_logging.disable_progress_bar()
+
+
+# from_pretrained is not thread-safe (concurrent loads were seen to leave tied embeddings
+# untied and re-initialised); the threaded runner loads its roles' models concurrently.
+_LOAD_LOCK = threading.Lock()
+
+
+def load_model(path: str | Path, attn_implementation: str = "sdpa") -> PreTrainedModel:
+    """from_pretrained in fp32, one load at a time within a process."""
+    with _LOAD_LOCK:
+        return AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=torch.float32, attn_implementation=attn_implementation)
 
 
 def resolve_device(spec: str, role: str) -> torch.device:
@@ -225,9 +239,7 @@ class HFPolicy:
         self.use_fp16 = model_cfg.dtype == "fp16" and self.device.type == "cuda"
         self.tokenizer = load_tokenizer(path)
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(
-                str(path), dtype=torch.float32, attn_implementation=model_cfg.attn_implementation
-            ).to(self.device)
+            self.model = load_model(path, model_cfg.attn_implementation).to(self.device)
         except (OSError, ValueError) as e:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
         self.model.train(False)  # no dropout: sampling and recompute must agree

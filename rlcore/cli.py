@@ -147,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RunExistsError, FileExistsError) as e:
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from rlcore.runners.areal.runtime import WorkerFailed
+
+        if not isinstance(e, WorkerFailed):
+            raise
+        detail = f"\n{e.__cause__}" if e.__cause__ else ""
+        print(f"rlcore: error: {e}{detail}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -201,6 +201,13 @@ class RuntimeConfig:
         10, "Print a progress line every this many updates; 0 silences it.", minimum=0
     )
     save_policy: bool = _f(True, "Save the final policy in the run directory (for eval).")
+    rollout_workers: int = _f(1, "areal/async: rollout workers.", minimum=1)
+    trainer_workers: int = _f(
+        1, "areal/async: trainer workers (commits from a stale base are skipped).", minimum=1
+    )
+    start_timeout_s: float = _f(
+        600.0, "areal/async: longest wait for every worker to load its model.", exclusiveMinimum=0
+    )
 
 
 @dataclasses.dataclass(frozen=True)

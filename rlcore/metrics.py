@@ -56,3 +56,14 @@ def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, f
             total += max(0.0, min(e, b[k][1]) - max(s, b[k][0]))
             k += 1
     return total
+
+
+def merge_spans(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of possibly overlapping spans, as sorted disjoint spans."""
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out

@@ -10,6 +10,7 @@ means over the whole batch (AReaL's token-level aggregation).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -134,17 +135,25 @@ def compute_loss(cfg: TrainConfig, *, logp: torch.Tensor, behav_logp: torch.Tens
 
 def compute_advantages(rewards: Sequence[float], group_ids: Sequence[str], baseline: str,
                        normalize: bool) -> list[float]:
-    """Reward minus a baseline: the batch mean, the mean of samples sharing a prompt, or none."""
-    r = torch.tensor(rewards, dtype=torch.float64)
+    """Reward minus a baseline: the batch mean, the mean of samples sharing a prompt, or none.
+
+    Plain Python: it runs on the controller's critical path, where tensor overhead dominates.
+    """
+    r = [float(x) for x in rewards]
     if baseline == "batch_mean":
-        adv = r - r.mean()
+        mean = sum(r) / len(r)
+        adv = [x - mean for x in r]
     elif baseline == "group_mean":
-        adv = r.clone()
-        for g in set(group_ids):
-            idx = torch.tensor([i for i, x in enumerate(group_ids) if x == g])
-            adv[idx] = r[idx] - r[idx].mean()
+        sums: dict[str, list[float]] = {}
+        for g, x in zip(group_ids, r, strict=True):
+            acc = sums.setdefault(g, [0.0, 0.0])
+            acc[0] += x
+            acc[1] += 1
+        adv = [x - sums[g][0] / sums[g][1] for g, x in zip(group_ids, r, strict=True)]
     else:
         adv = r
-    if normalize and len(rewards) > 1:
-        adv = adv / (adv.std() + 1e-6)
-    return adv.tolist()
+    if normalize and len(adv) > 1:
+        mean = sum(adv) / len(adv)
+        std = math.sqrt(sum((a - mean) ** 2 for a in adv) / (len(adv) - 1))
+        adv = [a / (std + 1e-6) for a in adv]
+    return adv

@@ -89,18 +89,26 @@ class RunRecorder:
                 "replace it, or choose another --out"
             )
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.t0 = time.perf_counter()
+        self.t0 = time.monotonic()
         # Held open for the whole run (closed by close/finalize), hence no context manager.
         self._files = {name: open(self.dir / f"{name}.jsonl{PARTIAL}", "w")  # noqa: SIM115
                        for name in STREAMS}
 
     def now(self) -> float:
         """Seconds since the measured clock started (see `start_clock`)."""
-        return time.perf_counter() - self.t0
+        return time.monotonic() - self.t0
 
-    def start_clock(self) -> None:
-        """Start the measured clock (after every worker has loaded its model)."""
-        self.t0 = time.perf_counter()
+    def since_start(self, t: float) -> float:
+        """An absolute time.monotonic() reading (from any process) on the run's clock."""
+        return t - self.t0
+
+    def start_clock(self, t0: float | None = None) -> None:
+        """Start the measured clock (after every worker has loaded its model).
+
+        time.monotonic() is CLOCK_MONOTONIC on Linux, one clock for every process, so worker
+        timestamps can be placed on it.
+        """
+        self.t0 = time.monotonic() if t0 is None else t0
 
     def _write(self, stream: str, row: dict[str, Any]) -> None:
         f = self._files[stream]

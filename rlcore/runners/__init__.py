@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlcore.config import ConfigError, RunConfig
+from rlcore.config import RunConfig
 
 
 def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
@@ -14,5 +14,6 @@ def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[s
         from rlcore.runners.sync import sync_train
 
         return sync_train(cfg, out_dir, force=force)
-    raise ConfigError(f"mode '{cfg.mode}' is not built yet (the asynchronous runtime is the "
-                      "next stage); use mode: sync")
+    from rlcore.runners.areal.runtime import run_async
+
+    return run_async(cfg, out_dir, force, threaded=cfg.mode == "async")

@@ -72,8 +72,12 @@ def score(policy: HFPolicy, gen: Generation, task: Task, cfg: RunConfig) -> dict
 
 
 def sample_row(sample_id: int, prompt: Prompt, gen: Generation, scored: dict[str, Any],
-               current_version: int, status: str, t_emit: float) -> dict[str, Any]:
-    """One line of samples.jsonl. Fields starting with t_ are timings; the rest is determined."""
+               current_version: int, status: str, t_emit: float, **extra: Any
+               ) -> dict[str, Any]:
+    """One line of samples.jsonl. Fields starting with t_ are timings; the rest is determined.
+
+    `policy_version` is the version of the oldest token (see the controller's docstring).
+    """
     rollout_version = min(gen.versions) if gen.versions else current_version
     return {
         "sample_id": sample_id,
@@ -90,6 +94,7 @@ def sample_row(sample_id: int, prompt: Prompt, gen: Generation, scored: dict[str
         "response_tokens": len(gen.response_ids),
         "finished": gen.finished,
         "logprob_sum": sum(gen.logprobs),
+        **extra,
         "t_emit": t_emit,
     }
 
@@ -144,9 +149,15 @@ class Progress:
 
 def build_summary(cfg: RunConfig, *, samples: Sequence[dict[str, Any]],
                   updates: Sequence[dict[str, Any]], wall_s: float, cold_start_s: float,
-                  busy: dict[str, float], overlap_s: float, resubmissions: int = 0,
-                  interrupted_tokens: int = 0, reprefilled_tokens: int = 0) -> dict[str, Any]:
-    """summary.json from the per-sample and per-update rows of a finished run."""
+                  busy: dict[str, float], overlap_s: float, tokens_sampled: int,
+                  resubmissions: int = 0, interrupted_tokens: int = 0,
+                  abandoned_tokens: int = 0, reprefilled_tokens: int = 0,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """summary.json from the per-sample and per-update rows of a finished run.
+
+    `tokens_sampled` is counted by the samplers themselves, so the ledger
+    generated = trained + stale_dropped + interrupted + untrained is a real check.
+    """
     trained_ids = {i for u in updates for i in u["sample_ids"]}
     by_status = {s: [r for r in samples if r["status"] == s]
                  for s in ("accepted", "dropped_stale", "dropped_interrupted")}
@@ -156,14 +167,14 @@ def build_summary(cfg: RunConfig, *, samples: Sequence[dict[str, Any]],
         "trained": sum(r["response_tokens"] for r in trained),
         "stale_dropped": sum(r["response_tokens"] for r in by_status["dropped_stale"]),
         "interrupted": interrupted_tokens,
-        "untrained": sum(r["response_tokens"] for r in untrained),
+        "untrained": sum(r["response_tokens"] for r in untrained) + abandoned_tokens,
     }
-    generated_tokens = sum(tok.values())
+    generated_tokens = tokens_sampled
     total_reward = sum(r["reward"] for r in samples if r["status"] != "dropped_interrupted")
     pass_curve = [u["pass_rate"] for u in updates]
     window = cfg.eval.window
     emitted = len(samples) - len(by_status["dropped_interrupted"])
-    return {
+    summary = {
         "schema_version": 1,
         "mode": cfg.mode,
         "objective": cfg.train.objective,
@@ -207,6 +218,7 @@ def build_summary(cfg: RunConfig, *, samples: Sequence[dict[str, Any]],
             "max_accepted": max((r["staleness"] for r in by_status["accepted"]), default=0),
         },
     }
+    return {**summary, **(extra or {})}
 
 
 def staleness_stats(samples: Sequence[dict[str, Any]], token_staleness: dict[str, list[int]]

@@ -56,18 +56,19 @@ def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task]) -> dict[str,
     updates: list[dict[str, Any]] = []
     busy = {"rollout": 0.0, "reward": 0.0, "trainer": 0.0}
     token_staleness: dict[str, list[int]] = {"accepted": []}
-    tokens = 0
+    tokens = 0  # counted by the sampler, independently of the sample rows
 
     rec.start_clock()
     rec.event("run_start", cold_start_s=cold_start_s)
     for version in range(cfg.train.updates):
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
         t0 = rec.now()
-        gens = policy.generate(
-            [policy.encode_prompt(p.task.prompt) for p in prompts],
-            max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
-            chunk_tokens=ro.chunk_tokens, generator=gen, version=version,
-        )
+        sampler = policy.sampler([policy.encode_prompt(p.task.prompt) for p in prompts],
+                                 max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
+                                 generator=gen, version=version)
+        while not sampler.done:
+            tokens += sampler.step(ro.chunk_tokens)
+        gens = sampler.gens
         t1 = rec.now()
         rec.event("span", worker="rollout", start=t0, end=t1)
         rows = []
@@ -78,7 +79,6 @@ def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task]) -> dict[str,
             rows.append(row)
             rec.sample(row)
             token_staleness["accepted"] += [version - v for v in g.versions]
-            tokens += len(g.response_ids)
         t2 = rec.now()
         rec.event("span", worker="reward", start=t1, end=t2)
         stats = policy.update(train_batch(rows, gens, cfg), temperature=ro.temperature,
@@ -96,6 +96,7 @@ def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task]) -> dict[str,
 
     wall_s = rec.now()
     summary = build_summary(cfg, samples=samples, updates=updates, wall_s=wall_s,
-                            cold_start_s=cold_start_s, busy=busy, overlap_s=0.0)
+                            cold_start_s=cold_start_s, busy=busy, overlap_s=0.0,
+                            tokens_sampled=tokens)
     return finish_run(rec, policy, cfg, summary, samples, token_staleness,
                       {"devices": {"rollout": str(policy.device), "trainer": str(policy.device)}})

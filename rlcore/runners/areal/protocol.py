@@ -1,0 +1,149 @@
+"""Messages between the roles of the asynchronous runtime.
+
+Plain picklable dataclasses: the same messages travel through `multiprocessing` queues (the
+AReaL-style runtime) and `queue.Queue` (the threaded baseline). Weights never travel here;
+they move through the parameter service's shared slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PromptSlot:
+    """One sample to generate: a prompt of a group, on its `attempt`-th try (0 = first)."""
+
+    slot_id: int
+    group_id: int
+    task_index: int
+    prompt: str
+    attempt: int = 0
+
+
+@dataclass
+class SampleMsg:
+    """A finished generation (rollout -> controller)."""
+
+    slot: PromptSlot
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]  # policy version of every token
+    finished: bool
+    text: str  # decoded by the rollout worker, which holds the tokenizer
+    worker: str
+    t_emit: float
+
+
+@dataclass
+class InterruptedMsg:
+    """A generation abandoned at a chunk boundary because the policy moved (resubmit)."""
+
+    slot: PromptSlot
+    tokens: int  # tokens sampled in the abandoned attempt
+    old_version: int
+    new_version: int
+    worker: str
+    t: float
+
+
+@dataclass
+class RolloutBatch:
+    """Everything one generation batch produced, in one message (rollout -> controller).
+
+    One message per batch rather than per sample: on a small machine the controller's
+    unpickling competes with the workers for the same cores.
+    """
+
+    worker: str
+    samples: list[SampleMsg] = field(default_factory=list)
+    interrupted: list[InterruptedMsg] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass
+class TrainRequest:
+    """A batch for one update (controller -> trainer)."""
+
+    batch_id: int
+    base_version: int  # the version the controller expects the update to start from
+    sample_ids: list[int]
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    behav_logprobs: list[list[float]]
+    versions: list[list[int]]
+    advantages: list[float]
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """A candidate state written into `slot` (trainer -> parameter service)."""
+
+    trainer: int
+    batch_id: int
+    slot: int
+    base_version: int
+    finite: bool
+
+
+@dataclass(frozen=True)
+class CommitAck:
+    """The parameter service's verdict (-> trainer)."""
+
+    applied: bool
+    version: int  # the global version after the decision
+    next_slot: int  # the slot the trainer writes its next candidate into
+    t: float  # when the decision was made (time.monotonic)
+    reason: str = ""
+
+
+@dataclass
+class UpdateDone:
+    """An update attempt finished, applied or skipped (trainer -> controller)."""
+
+    trainer: int
+    batch_id: int
+    applied: bool
+    version: int
+    reason: str
+    stats: dict[str, float]
+    t_commit: float
+
+
+@dataclass
+class Event:
+    """A timestamped record for events.jsonl (any role -> controller)."""
+
+    type: str
+    t: float
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Ready:
+    """A worker has loaded its model (the ready barrier)."""
+
+    worker: str
+    pid: int
+    device: str
+    load_s: float
+
+
+@dataclass
+class WorkerError:
+    """A worker raised; the run must fail with this traceback."""
+
+    worker: str
+    traceback: str
+
+
+@dataclass
+class Stopped:
+    """A worker has left its loop (rollout workers report their token counts)."""
+
+    worker: str
+    tokens_sampled: int = 0
+    tokens_reprefilled: int = 0
+    tokens_abandoned: int = 0  # partial generations cut off by the end of the run

@@ -1,0 +1,132 @@
+"""The rollout worker: generates in chunks and watches the policy clock between them.
+
+Between two chunks it compares its local version with the global one (paper §4.5,
+Listing 3). On a newer version it reloads the current weights and then, per
+`staleness.interrupt`:
+  resubmit (the paper)  unfinished generations are abandoned and handed back to the
+                        controller, which resubmits them or drops them as interrupted;
+  continue (AReaL)      the partial responses are re-prefilled under the new weights and
+                        generation goes on; every token keeps the version that sampled it.
+Generations that already ended are complete and are emitted as they are.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import deque
+from typing import Any
+
+import torch
+
+from rlcore.backend import ChunkedSampler, HFPolicy
+from rlcore.runners.areal.protocol import (
+    Event,
+    InterruptedMsg,
+    PromptSlot,
+    Ready,
+    RolloutBatch,
+    SampleMsg,
+    Stopped,
+)
+
+
+class PromptFeed:
+    """Prompts arrive as lists (one message per group); generation takes up to `limit`."""
+
+    def __init__(self, ctx: Any, limit: int):
+        self.ctx, self.limit = ctx, limit
+        self.held: deque[PromptSlot] = deque()
+
+    def take(self) -> list[PromptSlot]:
+        """Block briefly for prompts, then take what is queued, up to `limit`."""
+        if not self.held:
+            try:
+                self.held.extend(self.ctx.prompt_q.get(timeout=0.05))
+            except queue.Empty:
+                return []
+        while len(self.held) < self.limit:
+            try:
+                self.held.extend(self.ctx.prompt_q.get_nowait())
+            except queue.Empty:
+                break
+        n = min(self.limit, len(self.held))
+        return [self.held.popleft() for _ in range(n)]
+
+
+def rollout_main(ctx: Any) -> None:
+    """Worker entry: load the policy, pass the ready barrier, generate until told to stop."""
+    cfg, ro = ctx.cfg, ctx.cfg.rollout
+    t_load = time.monotonic()
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device)
+    params = dict(policy.model.named_parameters())
+    local_version = ctx.slots.read_into(params)
+    ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), time.monotonic() - t_load))
+    ctx.start.wait()
+    gen = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1000 + ctx.index)
+    sampled = reprefilled = abandoned = 0
+    feed = PromptFeed(ctx, cfg.train.update_batch_size)
+
+    while not ctx.stop.is_set():
+        batch = feed.take()
+        if not batch:
+            continue
+        out = RolloutBatch(ctx.name)
+
+        def reload(out: RolloutBatch = out) -> int:
+            t0 = time.monotonic()
+            v = ctx.slots.read_into(params)
+            out.events.append(Event("weight_reload", time.monotonic(), {
+                "worker": ctx.name, "version": v, "reload_s": time.monotonic() - t0}))
+            return v
+
+        t_start = time.monotonic()
+        if ctx.slots.version() > local_version:
+            local_version = reload()
+        sampler = policy.sampler([policy.encode_prompt(s.prompt) for s in batch],
+                                 max_new_tokens=ro.max_new_tokens,
+                                 temperature=ro.temperature, generator=gen,
+                                 version=local_version)
+        live = list(range(len(batch)))  # rows still owned by this batch
+        while not sampler.done:
+            sampled += sampler.step(ro.chunk_tokens)
+            if ctx.stop.is_set():
+                abandoned += sum(len(sampler.gens[i].response_ids) for i in live
+                                 if not sampler.gens[i].finished)
+                live = [i for i in live if sampler.gens[i].finished]
+                break
+            global_version = ctx.slots.version()
+            if sampler.done or global_version <= local_version:
+                continue
+            now = time.monotonic()
+            out.events.append(Event("rollout_interrupt", now, {
+                "worker": ctx.name, "old_version": local_version,
+                "new_version": global_version, "policy": cfg.staleness.interrupt}))
+            old_version, local_version = local_version, reload()
+            if cfg.staleness.interrupt == "continue":
+                reprefilled += _unfinished_tokens(sampler, live)
+                sampler.reprefill(local_version)
+                continue
+            for i in [i for i in live if not sampler.gens[i].finished]:
+                out.interrupted.append(InterruptedMsg(
+                    batch[i], len(sampler.gens[i].response_ids), old_version, local_version,
+                    ctx.name, now))
+            live = [i for i in live if sampler.gens[i].finished]
+            break
+        t_end = time.monotonic()
+        for i in live:
+            g = sampler.gens[i]
+            out.samples.append(SampleMsg(
+                batch[i], list(g.prompt_ids), g.response_ids, g.logprobs, g.versions,
+                g.finished, policy.decode_response(g.response_ids), ctx.name, t_end))
+        out.events.append(Event("span", t_end, {"worker": ctx.name, "role": "rollout",
+                                                "start": t_start, "end": t_end,
+                                                "samples": len(live)}))
+        ctx.inbox.put(out)
+    ctx.inbox.put(Stopped(ctx.name, tokens_sampled=sampled, tokens_reprefilled=reprefilled,
+                          tokens_abandoned=abandoned))
+
+
+def _unfinished_tokens(sampler: ChunkedSampler, rows: list[int]) -> int:
+    """Response tokens that a re-prefill recomputes (those of generations still running)."""
+    return sum(len(sampler.gens[i].response_ids) for i in rows if not sampler.gens[i].finished)

@@ -1,0 +1,342 @@
+"""Orchestration of the asynchronous runners: start the roles, barrier, drive, shut down.
+
+`async_areal_style` runs every role in its own process, started with the `spawn` context so
+that each builds its own CUDA context (paper §3); `async_train` runs the same roles as threads
+of one process. Everything else -- controller, workers, messages, weight slots -- is shared, so
+the two differ only in scheduling.
+
+Failure handling: a worker that raises sends its traceback; a worker that dies (even by
+SIGKILL) is seen by its exit code within one poll (50 ms). Either way the run stops at once,
+every other worker is killed, and no summary.json is written. Child processes also ask the
+kernel to kill them if the main process dies (PR_SET_PDEATHSIG), so none is left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as torch_mp
+
+from rlcore.backend import HFPolicy, resolve_device
+from rlcore.config import RunConfig
+from rlcore.metrics import merge_spans, overlap_seconds
+from rlcore.records import RunRecorder
+from rlcore.runners.areal.controller import Controller
+from rlcore.runners.areal.param_service import WeightSlots, param_service_main, trainable_spec
+from rlcore.runners.areal.protocol import Ready, Stopped, WorkerError
+from rlcore.runners.areal.rollout import rollout_main
+from rlcore.runners.areal.trainer import trainer_main
+from rlcore.runners.common import build_summary, finish_run, preflight, set_threads
+from rlcore.tasks import Task
+
+POLL_S = 0.05
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or died; the message names it and carries its traceback."""
+
+
+@dataclass
+class WorkerContext:
+    """Everything one role needs: its config, name, device and the shared channels."""
+
+    cfg: RunConfig
+    name: str
+    index: int
+    device: torch.device | None
+    slots: WeightSlots
+    inbox: Any
+    prompt_q: Any
+    start: Any
+    stop: Any
+    trainer_q: Any = None
+    commit_q: Any = None
+    ack_q: Any = None
+    ack_qs: list[Any] | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no orphans)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before the call
+        os._exit(1)
+
+
+def _run_role(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> bool:
+    try:
+        fn(ctx)
+        return True
+    except BaseException:  # noqa: BLE001 - any failure must reach the main process
+        ctx.inbox.put(WorkerError(ctx.name, traceback.format_exc()))
+        return False
+
+
+def _process_entry(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> None:
+    _die_with_parent()
+    torch.set_num_threads(ctx.cfg.runtime.threads_per_role)
+    if not _run_role(fn, ctx):
+        sys.exit(1)
+
+
+class Processes:
+    """The `spawn` vehicle: one process per role, weights in shared memory."""
+
+    shared_memory = True
+
+    def __init__(self) -> None:
+        self.mp = torch_mp.get_context("spawn")
+        self.handles: dict[str, Any] = {}
+
+    def queue(self) -> Any:
+        return self.mp.Queue()
+
+    def event(self) -> Any:
+        return self.mp.Event()
+
+    def start(self, name: str, fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> None:
+        p = self.mp.Process(target=_process_entry, args=(fn, ctx), name=name, daemon=True)
+        p.start()
+        self.handles[name] = p
+
+    def dead(self) -> dict[str, str]:
+        """Workers that have exited, with how."""
+        out = {}
+        for name, p in self.handles.items():
+            code = p.exitcode
+            if code is not None:
+                how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                out[name] = f"pid {p.pid}, {how}"
+        return out
+
+    def kill_all(self) -> None:
+        for p in self.handles.values():
+            if p.is_alive():
+                p.kill()
+        for p in self.handles.values():
+            p.join(timeout=5)
+
+
+class Threads:
+    """The threaded vehicle: one thread per role in this process."""
+
+    shared_memory = False
+
+    def __init__(self) -> None:
+        self.mp = multiprocessing  # only for the slot counters (Array works in-process too)
+        self.handles: dict[str, threading.Thread] = {}
+
+    def queue(self) -> Any:
+        return queue.Queue()
+
+    def event(self) -> Any:
+        return threading.Event()
+
+    def start(self, name: str, fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> None:
+        t = threading.Thread(target=_run_role, args=(fn, ctx), name=name, daemon=True)
+        t.start()
+        self.handles[name] = t
+
+    def dead(self) -> dict[str, str]:
+        return {n: "thread ended" for n, t in self.handles.items() if not t.is_alive()}
+
+    def kill_all(self) -> None:
+        pass  # threads cannot be killed; stop() and the queue sentinels end them
+
+
+class Runtime:
+    """One asynchronous run: the roles, the controller loop and the run directory."""
+
+    def __init__(self, cfg: RunConfig, vehicle: Processes | Threads):
+        self.cfg, self.v = cfg, vehicle
+        rt = cfg.runtime
+        self.n_rollout, self.n_trainer = rt.rollout_workers, rt.trainer_workers
+        self.slots = WeightSlots(trainable_spec(cfg.model.path), self.n_trainer + 1, vehicle.mp,
+                                 shared=vehicle.shared_memory)
+        v = vehicle
+        self.inbox, self.prompt_q, self.commit_q = v.queue(), v.queue(), v.queue()
+        self.trainer_qs = [v.queue() for _ in range(self.n_trainer)]
+        self.ack_qs = [v.queue() for _ in range(self.n_trainer)]
+        self.start_evt, self.stop_evt = v.event(), v.event()
+        self.stopped: dict[str, Stopped] = {}
+
+    def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
+             ) -> WorkerContext:
+        return WorkerContext(self.cfg, name, index, device, self.slots, self.inbox,
+                             self.prompt_q, self.start_evt, self.stop_evt, **kw)
+
+    def launch(self) -> None:
+        m = self.cfg.model
+        self.v.start("param_service", param_service_main, self._ctx(
+            "param_service", 0, None, commit_q=self.commit_q, ack_qs=self.ack_qs))
+        for i in range(self.n_rollout):
+            self.v.start(f"rollout{i}", rollout_main, self._ctx(
+                f"rollout{i}", i, resolve_device(m.rollout_device, "rollout")))
+        for i in range(self.n_trainer):
+            self.v.start(f"trainer{i}", trainer_main, self._ctx(
+                f"trainer{i}", i, resolve_device(m.trainer_device, "trainer"),
+                trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i]))
+
+    # --- health --------------------------------------------------------------------------
+    def _fail(self, worker: str, detail: str) -> WorkerFailed:
+        return WorkerFailed(f"worker '{worker}' failed ({detail}); the run was stopped and "
+                            "no summary.json was written")
+
+    def check(self) -> None:
+        """Raise WorkerFailed if a worker has died without being told to stop."""
+        dead = {n: how for n, how in self.v.dead().items() if n not in self.stopped}
+        if not dead:
+            return
+        deadline = time.monotonic() + 0.5  # its traceback may still be in flight
+        while time.monotonic() < deadline:
+            try:
+                msg = self.inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(msg, WorkerError):
+                raise self._fail(msg.worker, "it raised") from WorkerFailed(msg.traceback)
+        name, how = next(iter(dead.items()))
+        raise self._fail(name, how)
+
+    def receive(self) -> Any:
+        """The next message (None after a poll interval), failing fast on worker errors."""
+        self.check()
+        try:
+            msg = self.inbox.get(timeout=POLL_S)
+        except queue.Empty:
+            return None
+        if isinstance(msg, WorkerError):
+            raise self._fail(msg.worker, "it raised") from WorkerFailed(msg.traceback)
+        if isinstance(msg, Stopped):
+            self.stopped[msg.worker] = msg
+        return msg
+
+    # --- phases --------------------------------------------------------------------------
+    def barrier(self, rec: RunRecorder) -> float:
+        """Wait until every worker has loaded its model; returns the cold-start seconds."""
+        t0 = time.monotonic()
+        waiting = {"param_service", *(f"rollout{i}" for i in range(self.n_rollout)),
+                   *(f"trainer{i}" for i in range(self.n_trainer))}
+        ready = []
+        while waiting:
+            if time.monotonic() - t0 > self.cfg.runtime.start_timeout_s:
+                raise WorkerFailed(f"workers {sorted(waiting)} did not load their models within "
+                                   f"runtime.start_timeout_s={self.cfg.runtime.start_timeout_s}")
+            msg = self.receive()
+            if isinstance(msg, Ready):
+                waiting.discard(msg.worker)
+                ready.append(msg)
+        cold = time.monotonic() - t0
+        rec.start_clock()
+        for r in ready:
+            rec.event("worker_ready", t=0.0, worker=r.worker, pid=r.pid, device=r.device,
+                      load_s=r.load_s)
+        return cold
+
+    def drive(self, controller: Controller) -> None:
+        self.start_evt.set()
+        while not controller.done:
+            msg = self.receive()
+            if msg is not None:
+                controller.on_message(msg)
+            controller.pump()
+
+    def stop(self, controller: Controller) -> None:
+        """Stop rollout and trainers, then the parameter service; process what they flush."""
+        self.stop_evt.set()
+        for q in self.trainer_qs:
+            q.put(None)
+        self._drain(controller, {f"rollout{i}" for i in range(self.n_rollout)}
+                    | {f"trainer{i}" for i in range(self.n_trainer)})
+        self.commit_q.put(None)
+        self._drain(controller, {"param_service"})
+
+    def _drain(self, controller: Controller, names: set[str]) -> None:
+        deadline = time.monotonic() + 30
+        while not names <= set(self.stopped):
+            if time.monotonic() > deadline:
+                raise WorkerFailed(f"workers {sorted(names - set(self.stopped))} did not stop "
+                                   "within 30 s")
+            msg = self.receive()
+            if msg is not None:
+                controller.on_message(msg)
+
+    def shutdown(self) -> None:
+        self.stop_evt.set()
+        self.start_evt.set()  # release anyone still at the barrier
+        for q in [*self.trainer_qs, self.commit_q]:
+            q.put(None)
+        self.v.kill_all()
+
+
+def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, threaded: bool
+              ) -> dict[str, Any]:
+    """Run the asynchronous pipeline with processes (AReaL-style) or threads (baseline)."""
+    tasks = preflight(cfg)
+    rec = RunRecorder(out_dir, force=force)
+    set_threads(cfg)
+    runtime = Runtime(cfg, Threads() if threaded else Processes())
+    try:
+        runtime.launch()
+        return _run(cfg, tasks, rec, runtime)
+    finally:
+        runtime.shutdown()
+        rec.close()
+
+
+def _run(cfg: RunConfig, tasks: list[Task], rec: RunRecorder, runtime: Runtime
+         ) -> dict[str, Any]:
+    cold_start_s = runtime.barrier(rec)
+    controller = Controller(cfg, tasks, rec, runtime, runtime.n_trainer)
+    rec.event("run_start", cold_start_s=cold_start_s)
+    runtime.drive(controller)
+    wall_s = rec.since_start(controller.t_done)
+    runtime.stop(controller)
+    controller.flush_buffer()
+
+    spans = controller.spans
+    busy = {role: sum(e - s for s, e in merge_spans(sp)) for role, sp in spans.items()}
+    busy["reward"] = controller.controller_s
+    stopped = [runtime.stopped[f"rollout{i}"] for i in range(runtime.n_rollout)]
+    summary = build_summary(
+        cfg, samples=controller.samples, updates=controller.updates, wall_s=wall_s,
+        cold_start_s=cold_start_s, busy=busy,
+        overlap_s=overlap_seconds(merge_spans(spans["rollout"]), merge_spans(spans["trainer"])),
+        tokens_sampled=sum(s.tokens_sampled for s in stopped),
+        resubmissions=controller.resubmissions,
+        interrupted_tokens=controller.interrupted_tokens,
+        abandoned_tokens=sum(s.tokens_abandoned for s in stopped),
+        reprefilled_tokens=sum(s.tokens_reprefilled for s in stopped),
+        extra={"async": controller.async_stats()},
+    )
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
+    runtime.slots.read_into(dict(policy.model.named_parameters()))
+    devices = {"rollout": str(resolve_device(cfg.model.rollout_device, "rollout")),
+               "trainer": str(resolve_device(cfg.model.trainer_device, "trainer"))}
+    return finish_run(rec, policy, cfg, summary, controller.samples,
+                      controller.token_staleness, {"devices": devices})
+
+
+def async_areal_style(cfg: RunConfig, out_dir: str | Path, force: bool = False
+                      ) -> dict[str, Any]:
+    """The paper's `async_areal_style`: every role in its own spawned process."""
+    return run_async(cfg, out_dir, force, threaded=False)
+

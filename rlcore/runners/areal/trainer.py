@@ -1,0 +1,137 @@
+"""The trainer worker: consumes batches, computes updates, proposes them for commit.
+
+It never mutates the global state (paper §4.3): it writes its candidate into its own staging
+slot and asks the parameter service to commit it. If the service skips the commit (another
+trainer moved the clock first, or the update was not finite), the trainer reloads the current
+state and its candidate is discarded.
+
+The commit round trip is pipelined: when the next batch is already queued, the trainer starts
+computing it from its own candidate (which the service will almost always apply) and collects
+the verdict before writing the next candidate. If the verdict was a skip, the update computed
+on the rejected candidate is discarded too and reported as skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rlcore.backend import HFPolicy, TrainBatch
+from rlcore.runners.areal.protocol import (
+    CommitAck,
+    CommitRequest,
+    Event,
+    Ready,
+    Stopped,
+    TrainRequest,
+    UpdateDone,
+)
+
+
+@dataclass
+class InFlight:
+    """A commit sent to the parameter service whose verdict has not been read yet."""
+
+    req: TrainRequest
+    stats: dict[str, float]
+    t_start: float
+    t_sent: float
+
+
+class Trainer:
+    """One trainer role: its policy, its staging slot and its pending commit."""
+
+    def __init__(self, ctx: Any):
+        self.ctx, self.cfg = ctx, ctx.cfg
+        self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device)
+        self.params = dict(self.policy.model.named_parameters())
+        self.trainable = [(n, p) for n, p in self.params.items() if p.requires_grad]
+        self.version = ctx.slots.read_into(self.params)  # the version self.params hold
+        self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
+        self.pending: InFlight | None = None
+
+    def run(self) -> None:
+        ctx = self.ctx
+        while True:
+            # Nothing queued to overlap the round trip with: take the verdict now.
+            if self.pending is not None and ctx.trainer_q.empty() and not self.settle():
+                break
+            req = ctx.trainer_q.get()
+            if req is None:
+                if self.pending is not None:
+                    self.settle()
+                break
+            self.train(req)
+
+    def train(self, req: TrainRequest) -> None:
+        t_start = time.monotonic()
+        if self.pending is None and self.ctx.slots.version() != self.version:
+            self.version = self.ctx.slots.read_into(self.params)  # another trainer committed
+        stats = self.policy.update(
+            TrainBatch(req.prompt_ids, req.response_ids, req.behav_logprobs, req.versions,
+                       req.advantages),
+            temperature=self.cfg.rollout.temperature, current_version=self.version)
+        if self.pending is not None:
+            base_applied = self.settle()
+            if not base_applied:  # computed on a rejected candidate: discard it as well
+                self.report(req, False, "its base candidate was not committed", stats,
+                            t_start, time.monotonic())
+                return
+        t_write = time.monotonic()
+        self.ctx.slots.write(self.slot, self.trainable)
+        stats["time/weight_write_s"] = time.monotonic() - t_write
+        finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
+        self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
+                                            self.version, finite))
+        self.pending = InFlight(req, stats, t_start, time.monotonic())
+        self.version += 1  # what self.params will be once the service applies the candidate
+
+    def settle(self) -> bool:
+        """Read the verdict on the pending commit and report it; False if it was skipped."""
+        p = self.pending
+        assert p is not None
+        ack = _wait_ack(self.ctx)
+        self.pending = None
+        if ack is None:
+            return False
+        self.slot = ack.next_slot
+        p.stats["time/commit_latency_s"] = max(0.0, ack.t - p.t_sent)
+        if not ack.applied:
+            self.version = self.ctx.slots.read_into(self.params)
+        self.report(p.req, ack.applied, ack.reason, p.stats, p.t_start, ack.t)
+        return ack.applied
+
+    def report(self, req: TrainRequest, applied: bool, reason: str, stats: dict[str, float],
+               t_start: float, t_commit: float) -> None:
+        ctx = self.ctx
+        ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, applied, ctx.slots.version(), reason,
+                                 stats, t_commit))
+        ctx.inbox.put(Event("span", t_commit, {"worker": ctx.name, "role": "trainer",
+                                               "start": t_start, "end": t_commit}))
+
+
+def trainer_main(ctx: Any) -> None:
+    """Worker entry: load the policy, pass the ready barrier, train until a None request."""
+    t_load = time.monotonic()
+    trainer = Trainer(ctx)
+    ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(trainer.policy.device),
+                        time.monotonic() - t_load))
+    ctx.start.wait()
+    trainer.run()
+    ctx.inbox.put(Stopped(ctx.name))
+
+
+def _wait_ack(ctx: Any) -> CommitAck | None:
+    """The parameter service's answer; None if the run is stopping and none came in 5 s
+    (the service is gone: a failed run being torn down)."""
+    waited = 0.0
+    while True:
+        try:
+            return ctx.ack_q.get(timeout=0.1)
+        except queue.Empty:
+            waited = waited + 0.1 if ctx.stop.is_set() else 0.0
+            if waited >= 5.0:
+                return None
