@@ -91,7 +91,9 @@ class RunRecorder:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = time.monotonic()
         # Held open for the whole run (closed by close/finalize), hence no context manager.
-        self._files = {name: open(self.dir / f"{name}.jsonl{PARTIAL}", "w")  # noqa: SIM115
+        # events are line-buffered so that a live run can be watched (and a crash read).
+        self._files = {name: open(self.dir / f"{name}.jsonl{PARTIAL}", "w",  # noqa: SIM115
+                                  buffering=1 if name == "events" else -1)
                        for name in STREAMS}
 
     def now(self) -> float:
