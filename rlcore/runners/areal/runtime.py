@@ -177,6 +177,7 @@ class Runtime:
         self.ack_qs = [v.queue() for _ in range(self.n_trainer)]
         self.start_evt, self.stop_evt = v.event(), v.event()
         self.stopped: dict[str, Stopped] = {}
+        self.suspects: dict[str, tuple[float, str]] = {}  # dead workers: (deadline, how)
 
     def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
              ) -> WorkerContext:
@@ -201,20 +202,18 @@ class Runtime:
                             "no summary.json was written")
 
     def check(self) -> None:
-        """Raise WorkerFailed if a worker has died without being told to stop."""
-        dead = {n: how for n, how in self.v.dead().items() if n not in self.stopped}
-        if not dead:
-            return
-        deadline = time.monotonic() + 0.5  # its traceback may still be in flight
-        while time.monotonic() < deadline:
-            try:
-                msg = self.inbox.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if isinstance(msg, WorkerError):
-                raise self._fail(msg.worker, "it raised") from WorkerFailed(msg.traceback)
-        name, how = next(iter(dead.items()))
-        raise self._fail(name, how)
+        """Raise WorkerFailed if a worker has died without saying it stopped.
+
+        A worker's last messages (its Stopped, or its traceback) can still be in the queue when
+        its exit is seen, so a dead worker is given half a second of normal receiving first.
+        """
+        now = time.monotonic()
+        for name, how in self.v.dead().items():
+            if name not in self.stopped:
+                self.suspects.setdefault(name, (now + 0.5, how))
+        for name, (deadline, how) in self.suspects.items():
+            if name not in self.stopped and now > deadline:
+                raise self._fail(name, how)
 
     def receive(self) -> Any:
         """The next message (None after a poll interval), failing fast on worker errors."""
