@@ -1,15 +1,22 @@
-"""`rlcore bench`: the runner's cost over a bare REINFORCE loop on the same model and batch.
+"""`rlcore bench`: what the runtime costs and what overlap it achieves, measured.
 
-The floor is the least a synchronous step can cost: sample a batch in one chunk, reward it,
-one policy-gradient update -- no records, no chunk boundaries, no per-sample bookkeeping.
-The runner figure is `sync_train`'s measured wall time per update with the same settings.
-Their difference is the runtime's overhead. Timed on whatever else the machine is doing, so
-run it alone.
+Three measurements, each on the config given:
+  * modes: sync, threaded async and AReaL-style run the same number of updates side by side,
+    `repeats` times. The ideal speed-up of an overlapped runner over sync is
+    (T_gen + T_train) / max(T_gen, T_train), from the sync run's own phase times; overlap
+    efficiency = achieved speed-up / ideal.
+  * floor: the sync runner's time per update against a bare sample-reward-update loop.
+  * weight sync: one commit + reload through the parameter service's slots, against one
+    in-memory copy of the same trainable state, for the config's model and for a randomly
+    initialised Qwen2.5-0.5B-sized model (built from its config class, nothing downloaded).
+Timed on whatever else the machine is doing, so run it alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -20,8 +27,17 @@ from rlcore.backend import HFPolicy, TrainBatch
 from rlcore.config import RunConfig
 from rlcore.objectives import compute_advantages
 from rlcore.reward import evaluate_response
+from rlcore.runners import run_mode
 from rlcore.runners.common import PromptStream, preflight, set_threads
-from rlcore.runners.sync import sync_train
+
+MODES = ("sync", "async", "areal")
+
+# Qwen2.5-0.5B-Instruct's architecture (its config.json), for the weight-sync measurement.
+QWEN25_05B = {
+    "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+    "max_position_embeddings": 32768, "tie_word_embeddings": True,
+}
 
 
 def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
@@ -52,28 +68,132 @@ def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
     return 1000 * (time.perf_counter() - t0) / steps
 
 
-def runner_ms(cfg: RunConfig, steps: int) -> tuple[float, dict[str, Any]]:
-    """Mean milliseconds per update of sync_train (measured clock), and its summary."""
+def _run_one(cfg: RunConfig, mode: str, updates: int) -> dict[str, Any]:
     cfg = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, updates=steps),
+        cfg, mode=mode, staleness=dataclasses.replace(
+            cfg.staleness, staleness_k=0 if mode == "sync" else cfg.staleness.staleness_k),
+        train=dataclasses.replace(cfg.train, updates=updates),
         runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False))
     with tempfile.TemporaryDirectory() as tmp:
-        summary = sync_train(cfg, tmp)
-    return 1000 * summary["time"]["wall_s"] / steps, summary
+        return run_mode(cfg, tmp)
 
 
-def bench(cfg: RunConfig, steps: int) -> dict[str, Any]:
-    """Floor and runner step times, the overhead between them, and throughput."""
-    floor = bare_reinforce_ms(cfg, steps)
-    runner, summary = runner_ms(cfg, steps)
-    return {
-        "steps": steps,
-        "samples_per_step": cfg.train.update_batch_size,
-        "threads_per_role": cfg.runtime.threads_per_role,
-        "bench/bare_step_ms": floor,
-        "bench/sync_step_ms": runner,
-        "bench/overhead_ms": runner - floor,
-        "bench/overhead_ratio": runner / floor,
-        "bench/sync_samples_per_s": summary["metrics"]["samples_per_s"],
-        "bench/sync_tokens_per_s": summary["metrics"]["tokens_per_s"],
+def _mode_figures(s: dict[str, Any]) -> dict[str, Any]:
+    t = s["time"]
+    out = {
+        "updates_per_s": s["updates"] / t["wall_s"],
+        "accepted_samples_per_s": s["metrics"]["accepted_samples_per_s"],
+        "generated_tokens_per_s": s["metrics"]["tokens_per_s"],
+        "wall_s": t["wall_s"],
+        "overlap_frac": t["overlap_frac"],
+        "acceptance_rate": s["metrics"]["acceptance_rate"],
     }
+    if "async" in s:
+        a = s["async"]
+        out.update({
+            "weight_sync_per_version_s": a["weight_sync"]["per_version_s"],
+            "weight_sync": a["weight_sync"],
+            "controller_ms_per_sample": a["controller_ms_per_sample"],
+            "waits": a["waits"],
+        })
+    return out
+
+
+def bench_modes(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
+    """Each mode `repeats` times; per repetition, speed-ups are against that repetition's sync."""
+    reps = []
+    for _ in range(repeats):
+        runs = {mode: _run_one(cfg, mode, updates) for mode in MODES}
+        sync_t = runs["sync"]["time"]
+        t_gen = sync_t["rollout_busy_s"] + sync_t["reward_s"]
+        t_train = sync_t["trainer_busy_s"]
+        ideal = (t_gen + t_train) / max(t_gen, t_train)
+        rep: dict[str, Any] = {"ideal_ratio": ideal, "sync_t_gen_s": t_gen,
+                               "sync_t_train_s": t_train}
+        base = runs["sync"]["updates"] / sync_t["wall_s"]
+        for mode, s in runs.items():
+            fig = _mode_figures(s)
+            fig["ratio_to_sync"] = fig["updates_per_s"] / base
+            fig["overlap_efficiency"] = fig["ratio_to_sync"] / ideal
+            rep[mode] = fig
+        reps.append(rep)
+    summary = {"ideal_ratio": statistics.mean(r["ideal_ratio"] for r in reps)}
+    for mode in MODES:
+        for key in ("updates_per_s", "ratio_to_sync", "overlap_efficiency"):
+            values = [r[mode][key] for r in reps]
+            summary[f"{mode}/{key}"] = statistics.mean(values)
+            summary[f"{mode}/{key}_min"] = min(values)
+    return {"updates": updates, "repeats": repeats, "repetitions": reps, "mean": summary}
+
+
+def _copy_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch._foreach_copy_(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_weight_sync(model: torch.nn.Module, reps: int = 5) -> dict[str, float]:
+    """Best-of-reps seconds of write + commit + reload through WeightSlots vs one copy."""
+    from rlcore.runners.areal.param_service import ParamService, WeightSlots
+    from rlcore.runners.areal.protocol import CommitRequest
+
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    spec = [(n, tuple(p.shape), p.dtype) for n, p in params.items()]
+    slots = WeightSlots(spec, 2, multiprocessing.get_context("spawn"), shared=True)
+    service = ParamService(slots)
+    source = slots.ordered(params)
+    slots.write(0, source)
+    slots.publish(0, 0)
+    reader = [torch.empty_like(p) for p in source]
+    plain = [torch.empty_like(p) for p in params.values()]
+    one_copy = _copy_s(plain, [p.detach() for p in params.values()], reps)
+    best = {"write_s": float("inf"), "commit_s": float("inf"), "reload_s": float("inf")}
+    slot = 1
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        slots.write(slot, source)
+        t1 = time.perf_counter()
+        ack = service.commit(CommitRequest(0, 0, slot, slots.version(), True))
+        t2 = time.perf_counter()
+        slots.read_into(reader)
+        t3 = time.perf_counter()
+        slot = ack.next_slot
+        for key, v in (("write_s", t1 - t0), ("commit_s", t2 - t1), ("reload_s", t3 - t2)):
+            best[key] = min(best[key], v)
+    per_version = sum(best.values())
+    return {**best, "per_version_s": per_version, "one_copy_s": one_copy,
+            "ratio_to_one_copy": per_version / one_copy,
+            "bytes": sum(p.numel() * p.element_size() for p in params.values())}
+
+
+def qwen05b_sized_model() -> torch.nn.Module:
+    """A randomly initialised model with Qwen2.5-0.5B's shapes (about 494M parameters)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B))
+
+
+def bench(cfg: RunConfig, updates: int, repeats: int, floor_steps: int,
+          qwen_weight_sync: bool) -> dict[str, Any]:
+    """All figures of `rlcore bench` as one JSON-ready dict."""
+    set_threads(cfg)
+    floor = bare_reinforce_ms(cfg, floor_steps)
+    out: dict[str, Any] = {"config": {"model": cfg.model.path, "updates": updates,
+                                      "update_batch_size": cfg.train.update_batch_size,
+                                      "staleness_k": cfg.staleness.staleness_k,
+                                      "staleness_control": cfg.staleness.staleness_control,
+                                      "interrupt": cfg.staleness.interrupt,
+                                      "threads_per_role": cfg.runtime.threads_per_role}}
+    out["modes"] = bench_modes(cfg, updates, repeats)
+    sync_ms = 1000 / out["modes"]["mean"]["sync/updates_per_s"]
+    out["floor"] = {"bare_step_ms": floor, "sync_step_ms": sync_ms,
+                    "sync_overhead_ratio": sync_ms / floor}
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer", device=torch.device("cpu"))
+    out["weight_sync"] = {"config_model": bench_weight_sync(policy.model)}
+    if qwen_weight_sync:
+        out["weight_sync"]["qwen2.5-0.5b-sized"] = bench_weight_sync(qwen05b_sized_model(), 3)
+    return out

@@ -85,9 +85,8 @@ def _bench(args: argparse.Namespace) -> int:
     from rlcore.bench import bench
 
     cfg = load_config(args.config, args.set)
-    result = bench(cfg, args.steps)
-    text = json.dumps(result, indent=2)
-    print(text)
+    result = bench(cfg, args.updates, args.repeats, args.floor_steps, args.qwen_weight_sync)
+    print(json.dumps(result, indent=2))
     if args.out:
         atomic_write_json(Path(args.out), result)
     return 0
@@ -126,9 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=12345, help="sampling seed of the evaluation")
     e.set_defaults(func=_eval)
 
-    n = sub.add_parser("bench", help="runner step time against a bare REINFORCE step")
+    n = sub.add_parser("bench", help="modes side by side, overlap efficiency, weight sync")
     n.add_argument("config", help="run config (YAML or JSON)")
-    n.add_argument("--steps", type=int, default=100, help="timed steps of each loop")
+    n.add_argument("--updates", type=int, default=200, help="updates per run of each mode")
+    n.add_argument("--repeats", type=int, default=3, help="repetitions of the mode comparison")
+    n.add_argument("--floor-steps", type=int, default=100,
+                   help="timed steps of the bare REINFORCE loop")
+    n.add_argument("--qwen-weight-sync", action="store_true",
+                   help="also time weight sync for a random Qwen2.5-0.5B-sized model (~2 GB)")
     n.add_argument("--out", help="also write the figures to this JSON file")
     n.add_argument("--set", **overrides)
     n.set_defaults(func=_bench)

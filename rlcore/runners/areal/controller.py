@@ -188,7 +188,7 @@ class Controller:
             "skipped_commits": self.skipped_commits,
             "waits": dict(self.waits),
             "controller_ms_per_sample": 1000 * self.controller_s / max(len(self.samples), 1),
-            "weight_sync": {"write_s": write, "commit_s": commit, "reload_s": reload,
+            "weight_sync": {"write_s": write, "commit_latency_s": commit, "reload_s": reload,
                             "per_version_s": write + commit + reload,
                             "reloads": len(self.reload_times)},
         }

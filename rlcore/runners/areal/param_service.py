@@ -16,7 +16,7 @@ copies again. So a rollout worker never loads a torn state, and never blocks a t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -36,63 +36,66 @@ def trainable_spec(model_dir: str) -> ParamSpec:
 
 
 class WeightSlots:
-    """Copies of the trainable state, one current, with lock-free consistent reads."""
+    """Copies of the trainable state, one current, with lock-free consistent reads.
+
+    Callers pass tensors as a list in `names` order (resolve it once with `ordered`), so a
+    write or a read is one multi-tensor copy and a few counter updates.
+    """
 
     def __init__(self, spec: ParamSpec, n_slots: int, ctx: Any, shared: bool):
         def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
             t = torch.empty(shape, dtype=dtype)
             return t.share_memory_() if shared else t
 
-        self.slots = [{n: alloc(s, d) for n, s, d in spec} for _ in range(n_slots)]
-        self._seq = ctx.Array("q", n_slots)  # even: stable; odd: being written
-        self._head = ctx.Array("q", 2)  # [current slot, policy version], changed together
-        self._head[1] = -1  # nothing published yet: readers wait for the service's first write
+        self.names = [n for n, _, _ in spec]
+        self.slots = [[alloc(s, d) for _, s, d in spec] for _ in range(n_slots)]
+        # One shared array: [current slot, policy version, seq of slot 0, seq of slot 1, ...].
+        # A slot's seq is odd while it is being written.
+        self._state = ctx.Array("q", 2 + n_slots)
+        self._state[1] = -1  # nothing published yet: readers wait for the service's first write
+
+    def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors of `named` in slot order (raises KeyError naming a missing tensor)."""
+        return [named[n] for n in self.names]
 
     def head(self) -> tuple[int, int]:
         """(current slot, policy version), read together."""
-        with self._head.get_lock():
-            return int(self._head[0]), int(self._head[1])
+        with self._state.get_lock():
+            return int(self._state[0]), int(self._state[1])
 
     def version(self) -> int:
         return self.head()[1]
 
     def publish(self, slot: int, version: int) -> None:
         """Make `slot` current at `version`. Only the parameter service calls this."""
-        with self._head.get_lock():
-            self._head[0] = slot
-            self._head[1] = version
+        with self._state.get_lock():
+            self._state[0] = slot
+            self._state[1] = version
 
-    def _bump(self, slot: int) -> int:
-        with self._seq.get_lock():
-            self._seq[slot] += 1
-            return int(self._seq[slot])
+    def _bump(self, slot: int) -> None:
+        with self._state.get_lock():
+            self._state[2 + slot] += 1
 
-    def write(self, slot: int, params: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy named tensors into a slot (the writer owns it: a trainer's staging slot)."""
-        dst = self.slots[slot]
-        names, srcs = zip(*((n, p.detach()) for n, p in params), strict=True)
+    def write(self, slot: int, tensors: list[torch.Tensor]) -> None:
+        """Copy tensors (in `names` order) into a slot the writer owns (its staging slot)."""
         self._bump(slot)
         with torch.no_grad():  # one multi-tensor copy, not a Python loop of small ones
-            torch._foreach_copy_([dst[n] for n in names], list(srcs))
+            torch._foreach_copy_(self.slots[slot], tensors)
         self._bump(slot)
 
-    def read_into(self, params: Mapping[str, torch.Tensor]) -> int:
-        """Copy the current slot into `params`; returns the version that was copied."""
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        """Copy the current slot into tensors (in `names` order); returns its version."""
         with torch.no_grad():
             while True:
-                slot, version = self.head()
-                if version < 0:
-                    time.sleep(0.01)
+                with self._state.get_lock():
+                    slot, version = int(self._state[0]), int(self._state[1])
+                    before = int(self._state[2 + slot]) if version >= 0 else 1
+                if before % 2:  # unpublished, or a writer is mid-copy: look again
+                    time.sleep(0.001)
                     continue
-                with self._seq.get_lock():
-                    before = int(self._seq[slot])
-                if before % 2:
-                    time.sleep(0)  # a writer is mid-copy: yield and look again
-                    continue
-                src = self.slots[slot]
-                torch._foreach_copy_([params[n] for n in src], list(src.values()))
-                with self._seq.get_lock():
-                    if int(self._seq[slot]) == before:
+                torch._foreach_copy_(tensors, self.slots[slot])
+                with self._state.get_lock():
+                    if int(self._state[2 + slot]) == before:
                         return version
 
 
@@ -124,7 +127,7 @@ def param_service_main(ctx: Any) -> None:
 
     t_load = time.monotonic()
     model = load_model(check_model_dir(ctx.cfg.model.path))
-    ctx.slots.write(0, ((n, p) for n, p in model.named_parameters() if p.requires_grad))
+    ctx.slots.write(0, ctx.slots.ordered(dict(model.named_parameters())))
     ctx.slots.publish(0, 0)
     del model
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), "cpu", time.monotonic() - t_load))

@@ -59,7 +59,7 @@ def rollout_main(ctx: Any) -> None:
     cfg, ro = ctx.cfg, ctx.cfg.rollout
     t_load = time.monotonic()
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device)
-    params = dict(policy.model.named_parameters())
+    params = ctx.slots.ordered(dict(policy.model.named_parameters()))
     local_version = ctx.slots.read_into(params)
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), time.monotonic() - t_load))
     ctx.start.wait()

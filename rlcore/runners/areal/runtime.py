@@ -327,7 +327,7 @@ def _run(cfg: RunConfig, tasks: list[Task], rec: RunRecorder, runtime: Runtime
         extra={"async": controller.async_stats()},
     )
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
-    runtime.slots.read_into(dict(policy.model.named_parameters()))
+    runtime.slots.read_into(runtime.slots.ordered(dict(policy.model.named_parameters())))
     devices = {"rollout": str(resolve_device(cfg.model.rollout_device, "rollout")),
                "trainer": str(resolve_device(cfg.model.trainer_device, "trainer"))}
     return finish_run(rec, policy, cfg, summary, controller.samples,

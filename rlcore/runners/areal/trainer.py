@@ -47,8 +47,7 @@ class Trainer:
     def __init__(self, ctx: Any):
         self.ctx, self.cfg = ctx, ctx.cfg
         self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device)
-        self.params = dict(self.policy.model.named_parameters())
-        self.trainable = [(n, p) for n, p in self.params.items() if p.requires_grad]
+        self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
         self.version = ctx.slots.read_into(self.params)  # the version self.params hold
         self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
         self.pending: InFlight | None = None
@@ -81,7 +80,7 @@ class Trainer:
                             t_start, time.monotonic())
                 return
         t_write = time.monotonic()
-        self.ctx.slots.write(self.slot, self.trainable)
+        self.ctx.slots.write(self.slot, self.params)
         stats["time/weight_write_s"] = time.monotonic() - t_write
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
