@@ -130,8 +130,11 @@ class RunRecorder:
             if not f.closed:
                 f.close()
 
-    def finalize(self, summary: dict[str, Any], files: dict[str, Any]) -> None:
-        """Validate the summary, move streams and JSON files into place, summary.json last."""
+    def finalize(self, summary: dict[str, Any], files: dict[str, Any],
+                 dirs: tuple[str, ...] = ()) -> None:
+        """Validate the summary, move streams, JSON files and staged directories (see
+        `stage_dir`) into place, summary.json last. Nothing old is touched before the
+        summary has been validated."""
         validate_summary(summary)
         self.close()
         staged = []
@@ -142,19 +145,16 @@ class RunRecorder:
         staged += [(self.dir / f"{s}.jsonl{PARTIAL}", self.dir / f"{s}.jsonl") for s in STREAMS]
         # An older complete run stops looking complete before any of its files is replaced.
         (self.dir / "summary.json").unlink(missing_ok=True)
+        for name in dirs:
+            shutil.rmtree(self.dir / name, ignore_errors=True)
+            os.replace(self.dir / f"{name}{PARTIAL}", self.dir / name)
         for src, dst in staged:
             os.replace(src, dst)
         atomic_write_json(self.dir / "summary.json", summary)
 
     def stage_dir(self, name: str) -> Path:
-        """A directory written during the run and moved into place by `commit_dir`."""
+        """A directory written during the run, moved into place by `finalize(dirs=...)`."""
         path = self.dir / f"{name}{PARTIAL}"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir()
         return path
-
-    def commit_dir(self, name: str) -> None:
-        src, dst = self.dir / f"{name}{PARTIAL}", self.dir / name
-        (self.dir / "summary.json").unlink(missing_ok=True)
-        shutil.rmtree(dst, ignore_errors=True)
-        os.replace(src, dst)

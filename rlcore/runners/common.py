@@ -241,7 +241,6 @@ def finish_run(rec: RunRecorder, policy: HFPolicy, cfg: RunConfig, summary: dict
     """Save the final policy, then finalize the run directory (summary.json last)."""
     if cfg.runtime.save_policy:
         policy.save(rec.stage_dir("policy"))
-        rec.commit_dir("policy")
     base_info = Path(cfg.model.path) / "rlcore_base.json"
     config_json = {
         "config": cfg.to_dict(),
@@ -250,7 +249,8 @@ def finish_run(rec: RunRecorder, policy: HFPolicy, cfg: RunConfig, summary: dict
         **extra_config,
     }
     rec.finalize(summary, {"staleness.json": staleness_stats(samples, token_staleness),
-                           "config.json": config_json})
+                           "config.json": config_json},
+                 dirs=("policy",) if cfg.runtime.save_policy else ())
     return summary
 
 
