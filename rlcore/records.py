@@ -1,9 +1,10 @@
 """The run directory: what a run writes, and the rule that a half-written run never looks done.
 
 Layout (DESIGN.md): samples.jsonl, updates.jsonl, events.jsonl, staleness.json, config.json,
-policy/ (final weights) and summary.json. Streams are written to `*.partial` while the run
-goes; `finalize` renames them into place and writes summary.json last, so the presence of
-summary.json means the run is complete. A forced rerun over a complete run leaves the old
+policy/ (final weights) and summary.json. Updates and events are streamed to `*.partial`
+while the run goes (sample rows are kept in memory and written at the end); `finalize`
+renames them into place and writes summary.json last, so the presence of summary.json means
+the run is complete. A forced rerun over a complete run leaves the old
 files untouched until the new run has finished.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 import jsonschema
 
 SUMMARY_SCHEMA = Path(__file__).parent / "schemas" / "summary.schema.json"
-STREAMS = ("samples", "updates", "events")
+STREAMS = ("updates", "events")  # samples are held in memory and written by finalize
 PARTIAL = ".partial"
 
 
@@ -90,6 +91,7 @@ class RunRecorder:
             )
         self.dir.mkdir(parents=True, exist_ok=True)
         self.t0 = time.monotonic()
+        self._samples: list[dict[str, Any]] = []
         # Held open for the whole run (closed by close/finalize), hence no context manager.
         # events are line-buffered so that a live run can be watched (and a crash read).
         self._files = {name: open(self.dir / f"{name}.jsonl{PARTIAL}", "w",  # noqa: SIM115
@@ -117,7 +119,10 @@ class RunRecorder:
         f.write(json.dumps(row) + "\n")
 
     def sample(self, row: dict[str, Any]) -> None:
-        self._write("samples", row)
+        """Record a sample row; rows are encoded by `finalize`, off the measured clock (the
+        controller decides thousands per second, and JSON encoding would compete with the
+        workers for the cores)."""
+        self._samples.append(row)
 
     def update(self, row: dict[str, Any]) -> None:
         self._write("updates", row)
@@ -142,6 +147,10 @@ class RunRecorder:
             tmp = self.dir / f"{name}{PARTIAL}"
             tmp.write_text(json.dumps(data, indent=2) + "\n")
             staged.append((tmp, self.dir / name))
+        samples_tmp = self.dir / f"samples.jsonl{PARTIAL}"
+        with open(samples_tmp, "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in self._samples)
+        staged.append((samples_tmp, self.dir / "samples.jsonl"))
         staged += [(self.dir / f"{s}.jsonl{PARTIAL}", self.dir / f"{s}.jsonl") for s in STREAMS]
         # An older complete run stops looking complete before any of its files is replaced.
         (self.dir / "summary.json").unlink(missing_ok=True)

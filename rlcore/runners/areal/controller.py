@@ -118,6 +118,8 @@ class Controller:
         self.next_sample = 0
         self.next_batch = 0
         self.in_flight = 0  # slots dispatched and not yet returned
+        self.dispatched = 0  # slots ever dispatched (resubmissions included)
+        self.received = 0  # rollout messages processed
         self.generated = 0  # finished samples returned
         self.samples: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
@@ -155,6 +157,7 @@ class Controller:
     def on_message(self, msg: Any) -> None:
         t0 = time.monotonic()
         if isinstance(msg, RolloutBatch):
+            self.received += 1
             for e in msg.events:
                 self.on_event(e)
             for m in msg.samples:
@@ -286,10 +289,13 @@ class Controller:
             self._dispatch_batches()
         if now - self._last_depths >= 0.025:
             self._last_depths = now
-            self.rec.event("queues", prompt_queue=self.ch.prompt_q.qsize(),
-                           sample_queue=self.ch.inbox.qsize(), in_flight=self.in_flight,
-                           replay_buffer=self.buffered(),
-                           trainer_queue=len(self.in_training), version=self.version())
+            with self.ch.counters.get_lock():
+                taken, sent = int(self.ch.counters[0]), int(self.ch.counters[1])
+            self.rec.event("queues", prompt_queue=self.dispatched - taken,
+                           sample_queue=sent - self.received, generating=taken - (
+                               self.dispatched - self.in_flight),
+                           replay_buffer=self.buffered(), trainer_queue=len(self.in_training),
+                           version=self.version())
 
     def _dispatch_prompts(self) -> None:
         # Resubmissions first and outside the throttle: their group already holds capacity.
@@ -314,6 +320,7 @@ class Controller:
     def _put(self, slots: list[PromptSlot]) -> None:
         self.ch.prompt_q.put(slots)
         self.in_flight += len(slots)
+        self.dispatched += len(slots)
         self.manager.submitted(len(slots))
 
     def _rollout_ahead_of_ratio(self, n: int) -> bool:

@@ -53,14 +53,19 @@ class WeightSlots:
         # A slot's seq is odd while it is being written.
         self._state = ctx.Array("q", 2 + n_slots)
         self._state[1] = -1  # nothing published yet: readers wait for the service's first write
+        self._lock = self._state.get_lock()  # also the memory barrier around every copy
 
     def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        """The tensors of `named` in slot order (raises KeyError naming a missing tensor)."""
-        return [named[n] for n in self.names]
+        """Detached views of `named` in slot order (KeyError names a missing tensor).
+
+        Views share storage with the parameters, so copying into them updates the model,
+        and neither direction needs autograd switched off.
+        """
+        return [named[n].detach() for n in self.names]
 
     def head(self) -> tuple[int, int]:
         """(current slot, policy version), read together."""
-        with self._state.get_lock():
+        with self._lock:
             return int(self._state[0]), int(self._state[1])
 
     def version(self) -> int:
@@ -68,35 +73,46 @@ class WeightSlots:
 
     def publish(self, slot: int, version: int) -> None:
         """Make `slot` current at `version`. Only the parameter service calls this."""
-        with self._state.get_lock():
+        with self._lock:
             self._state[0] = slot
             self._state[1] = version
 
+    def publish_next(self, slot: int, base_version: int) -> tuple[bool, int, int]:
+        """If the current version is base_version, make `slot` current at base_version + 1.
+
+        Returns (published, version after, slot that was current before), in one locked step.
+        """
+        with self._lock:
+            previous, version = int(self._state[0]), int(self._state[1])
+            if version != base_version:
+                return False, version, previous
+            self._state[0] = slot
+            self._state[1] = version + 1
+            return True, version + 1, previous
+
     def _bump(self, slot: int) -> None:
-        with self._state.get_lock():
+        with self._lock:
             self._state[2 + slot] += 1
 
     def write(self, slot: int, tensors: list[torch.Tensor]) -> None:
         """Copy tensors (in `names` order) into a slot the writer owns (its staging slot)."""
         self._bump(slot)
-        with torch.no_grad():  # one multi-tensor copy, not a Python loop of small ones
-            torch._foreach_copy_(self.slots[slot], tensors)
+        torch._foreach_copy_(self.slots[slot], tensors)  # one call, not a loop of small copies
         self._bump(slot)
 
     def read_into(self, tensors: list[torch.Tensor]) -> int:
         """Copy the current slot into tensors (in `names` order); returns its version."""
-        with torch.no_grad():
-            while True:
-                with self._state.get_lock():
-                    slot, version = int(self._state[0]), int(self._state[1])
-                    before = int(self._state[2 + slot]) if version >= 0 else 1
-                if before % 2:  # unpublished, or a writer is mid-copy: look again
-                    time.sleep(0.001)
-                    continue
-                torch._foreach_copy_(tensors, self.slots[slot])
-                with self._state.get_lock():
-                    if int(self._state[2 + slot]) == before:
-                        return version
+        while True:
+            with self._lock:
+                slot, version = int(self._state[0]), int(self._state[1])
+                before = int(self._state[2 + slot]) if version >= 0 else 1
+            if before % 2:  # unpublished, or a writer is mid-copy: look again
+                time.sleep(0.001)
+                continue
+            torch._foreach_copy_(tensors, self.slots[slot])
+            with self._lock:
+                if int(self._state[2 + slot]) == before:
+                    return version
 
 
 class ParamService:
@@ -107,18 +123,15 @@ class ParamService:
         self.skipped = 0
 
     def commit(self, req: CommitRequest) -> CommitAck:
-        current_slot, version = self.slots.head()
-        if req.base_version != version:
+        if req.finite:
+            applied, version, previous = self.slots.publish_next(req.slot, req.base_version)
+            if applied:  # the old current slot becomes the trainer's next staging slot
+                return CommitAck(True, version, next_slot=previous, t=time.monotonic())
             reason = f"stale base (candidate from v{req.base_version}, current v{version})"
-        elif not req.finite:
-            reason = "non-finite loss or gradient"
         else:
-            self.slots.publish(req.slot, version + 1)
-            return CommitAck(applied=True, version=version + 1, next_slot=current_slot,
-                             t=time.monotonic())
+            version, reason = self.slots.version(), "non-finite loss or gradient"
         self.skipped += 1
-        return CommitAck(applied=False, version=version, next_slot=req.slot, t=time.monotonic(),
-                         reason=reason)
+        return CommitAck(False, version, next_slot=req.slot, t=time.monotonic(), reason=reason)
 
 
 def param_service_main(ctx: Any) -> None:

@@ -62,6 +62,7 @@ class WorkerContext:
     prompt_q: Any
     start: Any
     stop: Any
+    counters: Any
     trainer_q: Any = None
     commit_q: Any = None
     ack_q: Any = None
@@ -98,6 +99,33 @@ def _process_entry(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> N
         sys.exit(1)
 
 
+class PipeQueue:
+    """A queue over one pipe with no feeder thread (a `SimpleQueue` with timeouts).
+
+    `multiprocessing.Queue` pickles in a background thread of the sender; on a two-core
+    machine that thread fights its own process for the GIL on every message. Here `put`
+    pickles and writes in the caller. Each queue has one consumer, except the prompt queue,
+    whose rollout workers are woken with empty messages at shutdown.
+    """
+
+    def __init__(self, mp: Any):
+        self._q = mp.SimpleQueue()
+
+    def put(self, obj: Any) -> None:
+        self._q.put(obj)
+
+    def get(self, timeout: float | None = None) -> Any:
+        if timeout is not None and not self._q._reader.poll(timeout):
+            raise queue.Empty
+        return self._q.get()
+
+    def get_nowait(self) -> Any:
+        return self.get(timeout=0)
+
+    def empty(self) -> bool:
+        return self._q.empty()
+
+
 class Processes:
     """The `spawn` vehicle: one process per role, weights in shared memory."""
 
@@ -108,7 +136,7 @@ class Processes:
         self.handles: dict[str, Any] = {}
 
     def queue(self) -> Any:
-        return self.mp.Queue()
+        return PipeQueue(self.mp)
 
     def event(self) -> Any:
         return self.mp.Event()
@@ -179,11 +207,15 @@ class Runtime:
         self.start_evt, self.stop_evt = v.event(), v.event()
         self.stopped: dict[str, Stopped] = {}
         self.suspects: dict[str, tuple[float, str]] = {}  # dead workers: (deadline, how)
+        self._last_check = 0.0
+        # [prompt slots taken by rollout workers, rollout messages sent]: queue depths are
+        # derived from these and the controller's own counts (a pipe has no qsize).
+        self.counters = vehicle.mp.Array("q", 2)
 
     def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
              ) -> WorkerContext:
         return WorkerContext(self.cfg, name, index, device, self.slots, self.inbox,
-                             self.prompt_q, self.start_evt, self.stop_evt, **kw)
+                             self.prompt_q, self.start_evt, self.stop_evt, self.counters, **kw)
 
     def launch(self) -> None:
         m = self.cfg.model
@@ -209,6 +241,9 @@ class Runtime:
         its exit is seen, so a dead worker is given half a second of normal receiving first.
         """
         now = time.monotonic()
+        if now - self._last_check < POLL_S and not self.suspects:
+            return  # exit codes cost a syscall per worker: look every poll interval
+        self._last_check = now
         for name, how in self.v.dead().items():
             if name not in self.stopped:
                 self.suspects.setdefault(name, (now + 0.5, how))
@@ -262,6 +297,8 @@ class Runtime:
     def stop(self, controller: Controller) -> None:
         """Stop rollout and trainers, then the parameter service; process what they flush."""
         self.stop_evt.set()
+        for _ in range(self.n_rollout):
+            self.prompt_q.put([])  # wake rollout workers blocked on an empty prompt queue
         for q in self.trainer_qs:
             q.put(None)
         self._drain(controller, {f"rollout{i}" for i in range(self.n_rollout)}
