@@ -157,3 +157,29 @@ class TestStalenessManager:
         m = StalenessManager(k=0, batch_size=4)
         m.submitted(4)
         assert m.capacity(0) == 0  # the batch for version 0 is out; nothing more until v1
+
+
+def test_two_trainers_keep_the_invariants(tiny_model_dir: Path, tmp_path: Path):
+    """Commits race; the service skips stale-base ones and the clock stays exact."""
+    cfg = async_config(tiny_model_dir, "async", 1, "continue", "both")
+    cfg = config_from_dict({**cfg.to_dict(), "runtime": {
+        **cfg.to_dict()["runtime"], "trainer_workers": 2}})
+    summary = run_mode(cfg, tmp_path / "run")
+    check_invariants(tmp_path / "run", cfg)
+    events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    skipped = [e for e in events if e["type"] == "update_skipped"]
+    assert summary["async"]["skipped_commits"] == len(skipped)
+
+
+def test_rollout_train_ratio_holds_generation_to_beta(tiny_model_dir: Path, tmp_path: Path):
+    beta = 1.0
+    cfg = async_config(tiny_model_dir, "async", 4, "continue", "filter")
+    data = cfg.to_dict()
+    data["staleness"]["rollout_train_ratio"] = beta
+    cfg = config_from_dict(data)
+    summary = run_mode(cfg, tmp_path / "run")
+    check_invariants(tmp_path / "run", cfg)
+    b, n = cfg.train.update_batch_size, cfg.train.updates
+    # the rollout may run at most two batches ahead of beta * B per update
+    assert summary["samples"]["generated"] <= beta * b * (n + 2)
+    assert set(summary["async"]["waits"]) >= {"rollout_ratio_s", "trainer_ratio_s"}

@@ -113,7 +113,7 @@ class Controller:
         # never waits for the controller; with several, each takes one at a time.
         self.depth = 2 if n_trainers == 1 else 1
         self.outstanding = [0] * n_trainers
-        self.in_training: dict[int, list[dict[str, Any]]] = {}
+        self.in_training: dict[int, list[Pending]] = {}
         self.next_slot = 0
         self.next_sample = 0
         self.next_batch = 0
@@ -245,12 +245,21 @@ class Controller:
         self._resolve(group)
 
     def on_update(self, msg: UpdateDone) -> None:
-        rows = self.in_training.pop(msg.batch_id)
+        items = self.in_training.pop(msg.batch_id)
+        rows = [i.row for i in items]
         self.outstanding[msg.trainer] -= 1
         if not msg.applied:
             self.skipped_commits += 1
             self.manager.released(len(rows))
+            self.rec.event("update_skipped", batch_id=msg.batch_id, trainer=msg.trainer,
+                           reason=msg.reason)
+            for r in rows:
+                r["batch_id"] = None  # accepted, never trained
             return
+        for item in items:  # exact even when trainers raced past the planned base
+            item.row["current_version"] = msg.base_version
+            item.row["staleness"] = msg.base_version - item.row["policy_version"]
+            self.token_staleness["accepted"] += [msg.base_version - v for v in item.gen.versions]
         t = self.rec.since_start(msg.t_commit)
         row = update_row(msg.version, msg.batch_id, rows, msg.stats, t_commit=t)
         self.updates.append(row)
@@ -385,13 +394,12 @@ class Controller:
         for item in batch:
             item.row.update(current_version=version, batch_id=batch_id,
                             staleness=version - item.row["policy_version"])
-            self.token_staleness["accepted"] += [version - v for v in item.gen.versions]
             self._write(item.row)
             rows.append(item.row)
         adv = compute_advantages([r["reward"] for r in rows], [str(r["group_id"]) for r in rows],
                                  self.cfg.train.advantage_baseline,
                                  self.cfg.train.normalize_advantage)
-        self.in_training[batch_id] = rows
+        self.in_training[batch_id] = batch
         self.ch.trainer_qs[trainer].put(TrainRequest(
             batch_id, version, [r["sample_id"] for r in rows],
             [i.gen.prompt_ids for i in batch], [i.gen.response_ids for i in batch],

@@ -107,6 +107,7 @@ class UpdateDone:
     batch_id: int
     applied: bool
     version: int
+    base_version: int  # the version the update was computed from
     reason: str
     stats: dict[str, float]
     t_commit: float

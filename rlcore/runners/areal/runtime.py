@@ -261,6 +261,8 @@ class Runtime:
         if isinstance(msg, WorkerError):
             raise self._fail(msg.worker, "it raised") from WorkerFailed(msg.traceback)
         if isinstance(msg, Stopped):
+            if not self.stop_evt.is_set():
+                raise self._fail(msg.worker, "it left its loop before the run was stopped")
             self.stopped[msg.worker] = msg
         return msg
 

@@ -36,6 +36,7 @@ class InFlight:
     """A commit sent to the parameter service whose verdict has not been read yet."""
 
     req: TrainRequest
+    base_version: int
     stats: dict[str, float]
     t_start: float
     t_sent: float
@@ -56,8 +57,8 @@ class Trainer:
         ctx = self.ctx
         while True:
             # Nothing queued to overlap the round trip with: take the verdict now.
-            if self.pending is not None and ctx.trainer_q.empty() and not self.settle():
-                break
+            if self.pending is not None and ctx.trainer_q.empty() and self.settle() is None:
+                break  # no verdict: the run is being torn down
             req = ctx.trainer_q.get()
             if req is None:
                 if self.pending is not None:
@@ -69,45 +70,52 @@ class Trainer:
         t_start = time.monotonic()
         if self.pending is None and self.ctx.slots.version() != self.version:
             self.version = self.ctx.slots.read_into(self.params)  # another trainer committed
+        oldest = min(min(v) for v in req.versions if v)
+        if self.version - oldest > self.cfg.staleness.staleness_k:
+            # Only reachable with several trainers, when others committed past the base the
+            # controller planned for: training would break the staleness bound, so refuse.
+            self.report(req, False, self.version, f"staleness {self.version - oldest} > K at "
+                        "the trainer", {}, t_start, time.monotonic())
+            return
         stats = self.policy.update(
             TrainBatch(req.prompt_ids, req.response_ids, req.behav_logprobs, req.versions,
                        req.advantages),
             temperature=self.cfg.rollout.temperature, current_version=self.version)
-        if self.pending is not None:
-            base_applied = self.settle()
-            if not base_applied:  # computed on a rejected candidate: discard it as well
-                self.report(req, False, "its base candidate was not committed", stats,
-                            t_start, time.monotonic())
-                return
+        if self.pending is not None and not self.settle():
+            # computed on a rejected candidate (or no verdict came): discard it as well
+            self.report(req, False, self.version, "its base candidate was not committed",
+                        stats, t_start, time.monotonic())
+            return
         t_write = time.monotonic()
         self.ctx.slots.write(self.slot, self.params)
         stats["time/weight_write_s"] = time.monotonic() - t_write
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, finite))
-        self.pending = InFlight(req, stats, t_start, time.monotonic())
+        self.pending = InFlight(req, self.version, stats, t_start, time.monotonic())
         self.version += 1  # what self.params will be once the service applies the candidate
 
-    def settle(self) -> bool:
-        """Read the verdict on the pending commit and report it; False if it was skipped."""
+    def settle(self) -> bool | None:
+        """Read the verdict on the pending commit and report it: applied or skipped, or None
+        if no verdict came (the parameter service is gone)."""
         p = self.pending
         assert p is not None
         ack = _wait_ack(self.ctx)
         self.pending = None
         if ack is None:
-            return False
+            return None
         self.slot = ack.next_slot
         p.stats["time/commit_latency_s"] = max(0.0, ack.t - p.t_sent)
         if not ack.applied:
             self.version = self.ctx.slots.read_into(self.params)
-        self.report(p.req, ack.applied, ack.reason, p.stats, p.t_start, ack.t)
+        self.report(p.req, ack.applied, p.base_version, ack.reason, p.stats, p.t_start, ack.t)
         return ack.applied
 
-    def report(self, req: TrainRequest, applied: bool, reason: str, stats: dict[str, float],
-               t_start: float, t_commit: float) -> None:
+    def report(self, req: TrainRequest, applied: bool, base_version: int, reason: str,
+               stats: dict[str, float], t_start: float, t_commit: float) -> None:
         ctx = self.ctx
-        ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, applied, ctx.slots.version(), reason,
-                                 stats, t_commit))
+        ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, applied, ctx.slots.version(),
+                                 base_version, reason, stats, t_commit))
         ctx.inbox.put(Event("span", t_commit, {"worker": ctx.name, "role": "trainer",
                                                "start": t_start, "end": t_commit}))
 
