@@ -14,6 +14,10 @@ def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[s
         from rlcore.runners.sync import sync_train
 
         return sync_train(cfg, out_dir, force=force)
-    from rlcore.runners.areal.runtime import run_async
+    if cfg.mode == "async":
+        from rlcore.runners.threaded import async_train
 
-    return run_async(cfg, out_dir, force, threaded=cfg.mode == "async")
+        return async_train(cfg, out_dir, force=force)
+    from rlcore.runners.areal.runtime import async_areal_style
+
+    return async_areal_style(cfg, out_dir, force=force)
