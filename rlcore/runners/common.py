@@ -141,8 +141,9 @@ class Progress:
         self.tag = f"[{cfg.mode} {cfg.train.objective} k{cfg.staleness.staleness_k} s{cfg.seed}]"
 
     def __call__(self, version: int, pass_rate: float, tokens: int, elapsed: float) -> None:
+        """`tokens`: generated (sync) or trained (async: the controller sees only those)."""
         if self.every and (version % self.every == 0 or version == self.total):
-            print(f"{self.tag} update {version}/{self.total} | train pass {pass_rate:.2f} | "
+            print(f"{self.tag} update {version}/{self.total} | batch pass {pass_rate:.2f} | "
                   f"{tokens / max(elapsed, 1e-9):.0f} tok/s | {elapsed:.1f}s",
                   file=sys.stderr, flush=True)
 

@@ -38,7 +38,7 @@ from rlcore.runners.areal.protocol import (
     TrainRequest,
     UpdateDone,
 )
-from rlcore.runners.common import Prompt, PromptStream, sample_row, update_row
+from rlcore.runners.common import Progress, Prompt, PromptStream, sample_row, update_row
 from rlcore.tasks import Task
 
 
@@ -133,6 +133,8 @@ class Controller:
         self.spans: dict[str, list[tuple[float, float]]] = {"rollout": [], "trainer": []}
         self.reload_times: list[float] = []  # rollout weight reloads, seconds each
         self.t_done: float | None = None
+        self.progress = Progress(cfg)
+        self.trained_tokens = 0
         self._last_pump = time.monotonic()
         self._blocked: set[str] = set()
         self._last_depths = 0.0
@@ -264,6 +266,8 @@ class Controller:
         row = update_row(msg.version, msg.batch_id, rows, msg.stats, t_commit=t)
         self.updates.append(row)
         self.rec.update(row)
+        self.trained_tokens += row["tokens"]
+        self.progress(len(self.updates), row["pass_rate"], self.trained_tokens, t)
         if self.done and self.t_done is None:
             self.t_done = msg.t_commit
 
