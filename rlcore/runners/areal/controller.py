@@ -326,7 +326,7 @@ class Controller:
                 return
             prompt = self.stream.take(1)[0]
             self.groups[prompt.group_id] = Group(prompt, unresolved=g)
-            self._put([PromptSlot(self.next_slot + i, prompt.group_id, 0, prompt.task.prompt)
+            self._put([PromptSlot(self.next_slot + i, prompt.group_id, prompt.task.prompt)
                        for i in range(g)])
             self.next_slot += g
 
@@ -405,7 +405,7 @@ class Controller:
                                  self.cfg.train.normalize_advantage)
         self.in_training[batch_id] = batch
         self.ch.trainer_qs[trainer].put(TrainRequest(
-            batch_id, version, [r["sample_id"] for r in rows],
+            batch_id, version,
             [i.gen.prompt_ids for i in batch], [i.gen.response_ids for i in batch],
             [i.gen.logprobs for i in batch], [i.gen.versions for i in batch], adv))
 

@@ -120,7 +120,6 @@ class ParamService:
 
     def __init__(self, slots: WeightSlots):
         self.slots = slots
-        self.skipped = 0
 
     def commit(self, req: CommitRequest) -> CommitAck:
         if req.finite:
@@ -130,7 +129,6 @@ class ParamService:
             reason = f"stale base (candidate from v{req.base_version}, current v{version})"
         else:
             version, reason = self.slots.version(), "non-finite loss or gradient"
-        self.skipped += 1
         return CommitAck(False, version, next_slot=req.slot, t=time.monotonic(), reason=reason)
 
 

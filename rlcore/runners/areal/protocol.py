@@ -17,7 +17,6 @@ class PromptSlot:
 
     slot_id: int
     group_id: int
-    task_index: int
     prompt: str
     attempt: int = 0
 
@@ -69,7 +68,6 @@ class TrainRequest:
 
     batch_id: int
     base_version: int  # the version the controller expects the update to start from
-    sample_ids: list[int]
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
     behav_logprobs: list[list[float]]
