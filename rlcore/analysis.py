@@ -1,0 +1,126 @@
+"""From run directories to the paper's tables: one row per run, then means over seeds.
+
+Runs live at `<root>/{mode}/k{K}/{objective}/seed{seed}/` (DESIGN.md). A run contributes
+once its summary.json exists; its held-out pass rate comes from eval.json when `rlcore eval`
+has scored it. Aggregates are the mean and the half-width of a two-sided 95% Student-t
+confidence interval over seeds (0 with a single seed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+# Two-sided 95% Student-t critical values t_{0.975, df} for df = 1..30; 1.96 beyond.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+GROUP = ("mode", "staleness_k", "objective")
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% t interval); half-width 0 for fewer than two values."""
+    if not values:
+        return math.nan, math.nan
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    df = len(values) - 1
+    t = _T975[df - 1] if df <= len(_T975) else 1.96
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def run_row(run_dir: Path) -> dict[str, Any]:
+    """The figures of one finished run that the tables use."""
+    s = json.loads((run_dir / "summary.json").read_text())
+    eval_file = run_dir / "eval.json"
+    ev = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
+    t, m = s["tokens"], s["metrics"]
+    return {
+        "mode": s["mode"], "staleness_k": s["staleness_k"], "objective": s["objective"],
+        "seed": s["seed"], "run_dir": str(run_dir),
+        "heldout_pass_rate": ev.get("sampled_pass_rate"),
+        "heldout_greedy_pass_rate": ev.get("greedy_pass_rate"),
+        "train_pass_rate_final": m["train_pass_rate_final"],
+        "time_to_threshold_s": m["time_to_threshold_s"],
+        "threshold": m["threshold"],
+        "reward_per_1k_tokens": m["reward_per_1k_tokens"],
+        "acceptance_rate": m["acceptance_rate"],
+        "accepted_samples_per_s": m["accepted_samples_per_s"],
+        "updates_per_s": s["updates"] / s["time"]["wall_s"],
+        "wall_s": s["time"]["wall_s"],
+        "overlap_frac": s["time"]["overlap_frac"],
+        "tokens_generated": t["generated"],
+        "tokens_wasted": t["stale_dropped"] + t["interrupted"],
+        "wasted_frac": (t["stale_dropped"] + t["interrupted"]) / t["generated"]
+        if t["generated"] else 0.0,
+    }
+
+
+def load_runs(root: str | Path) -> list[dict[str, Any]]:
+    """One row per complete run under root, in a stable order."""
+    rows = [run_row(p.parent) for p in sorted(Path(root).glob("*/k*/*/seed*/summary.json"))]
+    return sorted(rows, key=lambda r: (r["mode"], r["staleness_k"], r["objective"], r["seed"]))
+
+
+def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Per (mode, K, objective): seeds, and mean and CI half-width of each metric.
+
+    A metric missing in some runs (a threshold never reached, a run not evaluated) is averaged
+    over the runs that have it, and `<metric>/n` says how many did.
+    """
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in GROUP), []).append(r)
+    out = []
+    for key, members in sorted(groups.items()):
+        agg: dict[str, Any] = dict(zip(GROUP, key, strict=True))
+        agg["seeds"] = len(members)
+        for metric in metrics:
+            values = [r[metric] for r in members if r.get(metric) is not None]
+            agg[f"{metric}/mean"], agg[f"{metric}/ci95"] = mean_ci95(values)
+            agg[f"{metric}/n"] = len(values)
+        out.append(agg)
+    return out
+
+
+TABLE1 = ("heldout_pass_rate", "time_to_threshold_s", "reward_per_1k_tokens")
+K_SWEEP = ("acceptance_rate", "accepted_samples_per_s", "tokens_wasted", "wasted_frac",
+           "heldout_pass_rate")
+
+
+def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The paper's Table 1: pass rate, time to threshold, sample efficiency per configuration."""
+    return aggregate(rows, TABLE1)
+
+
+def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mode, objective and K: acceptance, accepted throughput, waste, final pass rate."""
+    return aggregate(rows, K_SWEEP)
+
+
+def format_mean_ci(mean: float, ci: float, n: int, digits: int = 3) -> str:
+    """'0.512 ± 0.034', or '—' when no run has the value."""
+    if n == 0 or math.isnan(mean):
+        return "—"
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
+    """A Markdown table: one row per configuration, `mean ± ci95` per metric."""
+    head = [*GROUP, "seeds", *metrics]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in table:
+        cells = [str(row[k]) for k in (*GROUP, "seeds")]
+        for m in metrics:
+            cell = format_mean_ci(row[f"{m}/mean"], row[f"{m}/ci95"], row[f"{m}/n"])
+            if 0 < row[f"{m}/n"] < row["seeds"]:
+                cell += f" (n={row[f'{m}/n']})"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

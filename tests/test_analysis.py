@@ -1,0 +1,107 @@
+"""Aggregation of run directories into tables, against values worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlcore.analysis import k_sweep, load_runs, mean_ci95, table1, to_markdown
+from rlcore.metrics import merge_spans, moving_average, overlap_seconds, time_to_threshold
+
+
+class TestMeanCI:
+    def test_three_values(self):
+        mean, half = mean_ci95([1.0, 2.0, 3.0])
+        # sd = 1, se = 1/sqrt(3) = 0.57735, t_{0.975, 2} = 4.303 -> 2.4843
+        assert mean == 2.0
+        assert half == pytest.approx(2.4843, abs=1e-4)
+
+    def test_one_value_has_no_interval(self):
+        assert mean_ci95([0.4]) == (0.4, 0.0)
+
+    def test_empty_is_nan(self):
+        assert all(math.isnan(x) for x in mean_ci95([]))
+
+
+class TestMetrics:
+    def test_moving_average(self):
+        assert moving_average([1, 0, 1, 1], window=2) == [1.0, 0.5, 0.5, 1.0]
+
+    def test_time_to_threshold(self):
+        # trailing means with window 2: 0.0, 0.25, 0.5, 0.75 -> first >= 0.5 at t=3.0
+        assert time_to_threshold([1.0, 2.0, 3.0, 4.0], [0.0, 0.5, 0.5, 1.0], 0.5, 2) == 3.0
+        assert time_to_threshold([1.0], [0.1], 0.5, 1) is None
+
+    def test_overlap_of_spans(self):
+        rollout = [(0.0, 2.0), (3.0, 5.0)]
+        trainer = [(1.0, 4.0)]
+        # overlaps: [1, 2] and [3, 4] -> 2 seconds
+        assert overlap_seconds(rollout, trainer) == pytest.approx(2.0)
+
+    def test_merge_spans(self):
+        assert merge_spans([(2, 3), (0, 1), (0.5, 1.5)]) == [(0, 1.5), (2, 3)]
+
+
+def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
+             heldout: float | None, ttt: float | None, stale: int = 0,
+             interrupted: int = 0) -> None:
+    d = root / mode / f"k{k}" / objective / f"seed{seed}"
+    d.mkdir(parents=True)
+    summary: dict[str, Any] = {
+        "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
+        "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
+        "time": {"wall_s": 2.0, "overlap_frac": 0.5},
+        "metrics": {"train_pass_rate_final": 0.5, "time_to_threshold_s": ttt, "threshold": 0.5,
+                    "reward_per_1k_tokens": 100.0 + seed, "acceptance_rate": 0.9,
+                    "accepted_samples_per_s": 50.0},
+    }
+    (d / "summary.json").write_text(json.dumps(summary))
+    if heldout is not None:
+        (d / "eval.json").write_text(json.dumps({"sampled_pass_rate": heldout,
+                                                 "greedy_pass_rate": heldout}))
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[dict[str, Any]]:
+    for seed, (h, ttt) in enumerate([(0.4, 1.0), (0.5, None), (0.6, 3.0)]):
+        fake_run(tmp_path, "areal", 2, "pg", seed, heldout=h, ttt=ttt, stale=10,
+                 interrupted=5)
+    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0)
+    (tmp_path / "sync" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished: ignored
+    return load_runs(tmp_path)
+
+
+def test_load_runs(runs: list[dict[str, Any]]):
+    assert [(r["mode"], r["seed"]) for r in runs] == [("areal", 0), ("areal", 1), ("areal", 2),
+                                                      ("sync", 0)]
+    assert runs[0]["tokens_wasted"] == 15 and runs[0]["wasted_frac"] == 0.15
+    assert runs[0]["updates_per_s"] == 5.0
+
+
+def test_table1_means_over_seeds(runs: list[dict[str, Any]]):
+    areal, sync = table1(runs)
+    assert (areal["mode"], areal["seeds"]) == ("areal", 3)
+    # held-out pass 0.4, 0.5, 0.6: mean 0.5, sd 0.1 -> half-width 4.303 * 0.1 / sqrt(3)
+    assert areal["heldout_pass_rate/mean"] == pytest.approx(0.5)
+    assert areal["heldout_pass_rate/ci95"] == pytest.approx(0.24843, abs=1e-5)
+    # time to threshold reached by 2 of 3 seeds: mean of 1 and 3
+    assert areal["time_to_threshold_s/mean"] == 2.0 and areal["time_to_threshold_s/n"] == 2
+    assert sync["heldout_pass_rate/n"] == 0  # not evaluated yet
+
+
+def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
+    text = to_markdown(table1(runs), ["heldout_pass_rate", "time_to_threshold_s"])
+    lines = text.splitlines()
+    assert lines[0].startswith("| mode | staleness_k | objective | seeds |")
+    assert "0.500 ± 0.248" in lines[2]
+    assert "2.000 ± 12.706 (n=2)" in lines[2]  # two values: t_{0.975,1} * sd / sqrt 2, sd=sqrt2
+    assert "—" in lines[3]
+
+
+def test_k_sweep_has_waste(runs: list[dict[str, Any]]):
+    areal = k_sweep(runs)[0]
+    assert areal["tokens_wasted/mean"] == 15.0 and areal["wasted_frac/mean"] == 0.15
