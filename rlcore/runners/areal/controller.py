@@ -258,7 +258,9 @@ class Controller:
             for r in rows:
                 r["batch_id"] = None  # accepted, never trained
             return
-        for item in items:  # exact even when trainers raced past the planned base
+        # Rows are encoded only when the run is finalized, so correcting them here is safe:
+        # the base actually used is exact even when several trainers raced past the plan.
+        for item in items:
             item.row["current_version"] = msg.base_version
             item.row["staleness"] = msg.base_version - item.row["policy_version"]
             self.token_staleness["accepted"] += [msg.base_version - v for v in item.gen.versions]
@@ -300,6 +302,7 @@ class Controller:
         if not self.done:
             self._dispatch_prompts()
             self._dispatch_batches()
+        self.controller_s += time.monotonic() - now
         if now - self._last_depths >= 0.025:
             self._last_depths = now
             with self.ch.counters.get_lock():
