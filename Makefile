@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,pipeline]'
 	touch $(STAMP)
 
 run: setup
@@ -26,7 +26,7 @@ run: setup
 	$(BIN)/rlcore eval $(RUN_DIR)
 
 lint: setup
-	$(BIN)/ruff check rlcore tests
+	$(BIN)/ruff check rlcore tests workflow/scripts
 
 test: setup lint
 	$(BIN)/python -m pytest -q

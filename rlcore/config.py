@@ -450,7 +450,11 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON config file into a mapping, with a clear error if it cannot."""
+    """Read a YAML or JSON run config into a mapping, with a clear error if it cannot.
+
+    A pipeline config (`config/config.yaml`, with `grid:` and `run:` sections) is accepted
+    too: its `run:` section is the run config.
+    """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist")
@@ -463,6 +467,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping at the top level")
+    if "grid" in data and "run" in data:  # a pipeline config: its run section is the run config
+        data = data["run"] or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file '{p}': the 'run' section must be a mapping")
     return data
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rlcore.config import (
     ConfigError,
@@ -352,8 +351,12 @@ class TestSchema:
 
     def test_shipped_config_file_is_valid(self) -> None:
         path = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
-        data = yaml.safe_load(path.read_text())
-        assert config_from_dict(data).train.lr == pytest.approx(3e-4)
+        assert config_from_dict(read_config_file(path)).train.lr == pytest.approx(3e-4)
+
+    def test_pipeline_config_contributes_its_run_section(self, tmp_path: Path) -> None:
+        path = tmp_path / "pipeline.yaml"
+        path.write_text("run: {seed: 5}\ngrid: {modes: {sync: [0]}}\n")
+        assert read_config_file(path) == {"seed": 5}
 
 
 class TestFrozen:

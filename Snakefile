@@ -1,0 +1,24 @@
+# The experiment pipeline: base model -> one run per grid point -> held-out eval -> tables.
+# Run it with `snakemake --cores 1 --resources gpu=2` (or `--profile workflow/profiles/default`).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "reports/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/base.smk"
+include: "workflow/rules/runs.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_outputs(),

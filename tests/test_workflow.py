@@ -1,0 +1,120 @@
+"""The Snakemake pipeline on a small grid: lint, a full run, nothing left to do, staleness."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import FAST_BASE
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def small_pipeline_config() -> dict:
+    return {
+        "run": {
+            "model": {"path": "models/tiny"},
+            "task": {"max_operand": 9, "heldout_size": 30},
+            "rollout": {"max_new_tokens": 5, "chunk_tokens": 2, "group_size": 4},
+            "train": {"updates": 4, "update_batch_size": 8},
+            "eval": {"heldout_tasks": 30, "samples_per_task": 2},
+            "runtime": {"progress_every": 0},
+            "base": FAST_BASE,
+        },
+        "build_base": True,
+        "grid": {"modes": {"sync": [0], "areal": [1]}, "objectives": ["pg"], "seeds": [0]},
+        "mode_settings": {"areal": {"staleness": {"staleness_control": "both"}}},
+    }
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--cores", "1", "--resources", "gpu=2", *args],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+
+
+def write_config(workdir: Path, data: dict) -> None:
+    (workdir / "config").mkdir(parents=True, exist_ok=True)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(data))
+
+
+def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """The job counts of a dry run's 'Job stats' table."""
+    lines = result.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Job stats")), None)
+    if start is None:
+        return {}
+    counts = {}
+    for line in lines[start + 3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_lint_and_format():
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    lint = subprocess.run([str(BIN / "snakemake"), "--lint"], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    assert lint.returncode == 0 and "good condition" in lint.stdout + lint.stderr, lint.stdout
+    fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stderr
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("pipeline")
+    write_config(workdir, small_pipeline_config())
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def test_full_run_produces_tables(pipeline: Path):
+    for mode, k in (("sync", 0), ("areal", 1)):
+        run = pipeline / "results" / "runs" / mode / f"k{k}" / "pg" / "seed0"
+        assert (run / "summary.json").is_file() and (run / "eval.json").is_file()
+    table = (pipeline / "results" / "tables" / "table1.md").read_text()
+    assert "| sync | 0 | pg | 1 |" in table and "| areal | 1 | pg | 1 |" in table
+    assert (pipeline / "results" / "tables" / "k_sweep.csv").read_text().count("\n") == 3
+
+
+def test_second_invocation_has_nothing_to_do(pipeline: Path):
+    result = snakemake(pipeline, "-n")
+    assert result.returncode == 0
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_changing_one_mode_reruns_only_its_runs(pipeline: Path, tmp_path: Path):
+    data = small_pipeline_config()
+    data["mode_settings"]["areal"]["staleness"]["interrupt"] = "continue"
+    write_config(pipeline, data)
+    try:
+        jobs = planned_jobs(snakemake(pipeline, "-n"))
+    finally:
+        write_config(pipeline, small_pipeline_config())
+    # the areal run (and its config, eval and the tables) -- nothing of sync, not the base
+    assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1
+    assert "base_model" not in jobs
+
+
+def test_adding_a_k_value_adds_only_those_runs(pipeline: Path):
+    data = small_pipeline_config()
+    data["grid"]["modes"]["areal"] = [1, 2]
+    write_config(pipeline, data)
+    try:
+        jobs = planned_jobs(snakemake(pipeline, "-n"))
+    finally:
+        write_config(pipeline, small_pipeline_config())
+    assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1

@@ -1,0 +1,14 @@
+rule eval_run:
+    input:
+        summary="results/runs/{mode}/k{k}/{objective}/seed{seed}/summary.json",
+    output:
+        "results/runs/{mode}/k{k}/{objective}/seed{seed}/eval.json",
+    log:
+        "results/logs/eval/{mode}-k{k}-{objective}-seed{seed}.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        run_dir=lambda wildcards, input: os.path.dirname(input.summary),
+        code=sources_hash(["rlcore/evaluation.py", "rlcore/reward.py"]),
+    shell:
+        "rlcore eval {params.run_dir} > {log} 2>&1"

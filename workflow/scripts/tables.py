@@ -1,0 +1,29 @@
+"""Table 1 and the K sweep from the runs' summaries and evaluations (rlcore.analysis)."""
+
+import csv
+import sys
+from pathlib import Path
+
+from rlcore.analysis import K_SWEEP, TABLE1, k_sweep, run_row, table1, to_markdown
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(smk):
+    rows = [run_row(Path(p).parent) for p in smk.input.summaries]
+    for table, metrics, csv_out, md_out in (
+        (table1(rows), TABLE1, smk.output.table1_csv, smk.output.table1_md),
+        (k_sweep(rows), K_SWEEP, smk.output.k_sweep_csv, smk.output.k_sweep_md),
+    ):
+        write_csv(csv_out, table)
+        Path(md_out).write_text(to_markdown(table, metrics))
+
+
+with open(snakemake.log[0], "w") as log:  # noqa: F821 - injected by Snakemake
+    sys.stderr = log
+    main(snakemake)  # noqa: F821
