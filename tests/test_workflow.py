@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import FAST_BASE
+from tests.conftest import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -18,15 +19,7 @@ BIN = Path(sys.executable).parent
 
 def small_pipeline_config() -> dict:
     return {
-        "run": {
-            "model": {"path": "models/tiny"},
-            "task": {"max_operand": 9, "heldout_size": 30},
-            "rollout": {"max_new_tokens": 5, "chunk_tokens": 2, "group_size": 4},
-            "train": {"updates": 4, "update_batch_size": 8},
-            "eval": {"heldout_tasks": 30, "samples_per_task": 2},
-            "runtime": {"progress_every": 0},
-            "base": FAST_BASE,
-        },
+        "run": small_config("models/tiny"),
         "build_base": True,
         "grid": {"modes": {"sync": [0], "areal": [1]}, "objectives": ["pg"], "seeds": [0]},
         "mode_settings": {"areal": {"staleness": {"staleness_control": "both"}}},
@@ -96,25 +89,25 @@ def test_second_invocation_has_nothing_to_do(pipeline: Path):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
-def test_changing_one_mode_reruns_only_its_runs(pipeline: Path, tmp_path: Path):
+def plan_after_edit(workdir: Path, edit: Callable[[dict], None]) -> dict[str, int]:
+    """The jobs a dry run plans after `edit` is applied to the config (then restored)."""
     data = small_pipeline_config()
-    data["mode_settings"]["areal"]["staleness"]["interrupt"] = "continue"
-    write_config(pipeline, data)
+    edit(data)
+    write_config(workdir, data)
     try:
-        jobs = planned_jobs(snakemake(pipeline, "-n"))
+        return planned_jobs(snakemake(workdir, "-n"))
     finally:
-        write_config(pipeline, small_pipeline_config())
+        write_config(workdir, small_pipeline_config())
+
+
+def test_changing_one_mode_reruns_only_its_runs(pipeline: Path):
+    jobs = plan_after_edit(pipeline, lambda d: d["mode_settings"]["areal"]["staleness"].update(
+        interrupt="continue"))
     # the areal run (and its config, eval and the tables) -- nothing of sync, not the base
     assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1
     assert "base_model" not in jobs
 
 
 def test_adding_a_k_value_adds_only_those_runs(pipeline: Path):
-    data = small_pipeline_config()
-    data["grid"]["modes"]["areal"] = [1, 2]
-    write_config(pipeline, data)
-    try:
-        jobs = planned_jobs(snakemake(pipeline, "-n"))
-    finally:
-        write_config(pipeline, small_pipeline_config())
+    jobs = plan_after_edit(pipeline, lambda d: d["grid"]["modes"].update(areal=[1, 2]))
     assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1
