@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -111,3 +112,41 @@ def test_changing_one_mode_reruns_only_its_runs(pipeline: Path):
 def test_adding_a_k_value_adds_only_those_runs(pipeline: Path):
     jobs = plan_after_edit(pipeline, lambda d: d["grid"]["modes"].update(areal=[1, 2]))
     assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1
+
+
+@pytest.fixture
+def source_copy(tmp_path: Path) -> Path:
+    """A copy of the workflow and the package sources whose digests the Snakefile takes."""
+    copy = tmp_path / "src"
+    copy.mkdir()
+    for name in ("Snakefile", "workflow", "rlcore", "reports"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, copy / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, copy / name)
+    (copy / "environment.yml").write_text((ROOT / "environment.yml").read_text())
+    return copy
+
+
+def plan_with_sources(workdir: Path, sources: Path) -> dict[str, int]:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [str(BIN / "snakemake"), "-s", str(sources / "Snakefile"), "--directory", str(workdir),
+         "--cores", "1", "--resources", "gpu=2", "-n"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return planned_jobs(result)
+
+
+def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path):
+    assert plan_with_sources(pipeline, source_copy) == {}  # identical sources: up to date
+    analysis = source_copy / "rlcore" / "analysis.py"
+    analysis.write_text(analysis.read_text() + "\n# an edit\n")
+    jobs = plan_with_sources(pipeline, source_copy)
+    assert jobs.get("tables") == 1 and "run" not in jobs and "eval_run" not in jobs
+    controller = source_copy / "rlcore" / "runners" / "areal" / "controller.py"
+    controller.write_text(controller.read_text() + "\n# an edit\n")
+    jobs = plan_with_sources(pipeline, source_copy)
+    assert jobs.get("run") == 2 and jobs.get("eval_run") == 2 and jobs.get("tables") == 1
