@@ -3,20 +3,20 @@ rule tables:
         summaries=all_runs("summary.json"),
         evals=all_runs("eval.json"),
     output:
-        table1_csv="results/tables/table1.csv",
+        table1_csv=f"{R}/tables/table1.csv",
         table1_md=report(
-            "results/tables/table1.md",
+            f"{R}/tables/table1.md",
             caption="../../reports/table1.rst",
             category="Tables",
         ),
-        k_sweep_csv="results/tables/k_sweep.csv",
+        k_sweep_csv=f"{R}/tables/k_sweep.csv",
         k_sweep_md=report(
-            "results/tables/k_sweep.md",
+            f"{R}/tables/k_sweep.md",
             caption="../../reports/k_sweep.rst",
             category="Tables",
         ),
     log:
-        "results/logs/tables.log",
+        f"{R}/logs/tables.log",
     conda:
         "../envs/rlcore.yaml"
     params:

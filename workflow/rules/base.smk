@@ -1,8 +1,8 @@
 rule base_config:
     output:
-        "results/configs/base.json",
+        f"{R}/configs/base.json",
     log:
-        "results/logs/configs/base.log",
+        f"{R}/logs/configs/base.log",
     conda:
         "../envs/rlcore.yaml"
     params:
@@ -13,11 +13,11 @@ rule base_config:
 
 rule base_model:
     input:
-        config="results/configs/base.json",
+        config=f"{R}/configs/base.json",
     output:
         directory(model_path()),
     log:
-        "results/logs/base_model.log",
+        f"{R}/logs/base_model.log",
     conda:
         "../envs/rlcore.yaml"
     params:

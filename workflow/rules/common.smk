@@ -11,6 +11,8 @@ from rlcore.config import config_from_dict
 
 validate(config, "../schemas/config.schema.yaml")
 
+R = config["results"]  # every output lives below this directory
+
 SOURCES = Path(workflow.basedir)
 RUNTIME_SOURCES = sorted(
     p
@@ -83,7 +85,7 @@ def base_input(wildcards):
 def all_runs(filename):
     """One path per grid point, e.g. results/runs/areal/k2/pg/seed0/summary.json."""
     return [
-        f"results/runs/{p['mode']}/k{p['k']}/{p['objective']}/seed{p['seed']}/{filename}"
+        f"{R}/runs/{p['mode']}/k{p['k']}/{p['objective']}/seed{p['seed']}/{filename}"
         for p in grid_points()
     ]
 
@@ -91,8 +93,8 @@ def all_runs(filename):
 def all_outputs():
     return [
         *all_runs("eval.json"),
-        "results/tables/table1.csv",
-        "results/tables/table1.md",
-        "results/tables/k_sweep.csv",
-        "results/tables/k_sweep.md",
+        f"{R}/tables/table1.csv",
+        f"{R}/tables/table1.md",
+        f"{R}/tables/k_sweep.csv",
+        f"{R}/tables/k_sweep.md",
     ]

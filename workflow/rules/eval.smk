@@ -1,10 +1,10 @@
 rule eval_run:
     input:
-        summary="results/runs/{mode}/k{k}/{objective}/seed{seed}/summary.json",
+        summary=f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
     output:
-        "results/runs/{mode}/k{k}/{objective}/seed{seed}/eval.json",
+        f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/eval.json",
     log:
-        "results/logs/eval/{mode}-k{k}-{objective}-seed{seed}.log",
+        f"{R}/logs/eval/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.log",
     conda:
         "../envs/rlcore.yaml"
     params:

@@ -1,8 +1,8 @@
 rule run_config:
     output:
-        "results/configs/{mode}-k{k}-{objective}-seed{seed}.json",
+        f"{R}/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.json",
     log:
-        "results/logs/configs/{mode}-k{k}-{objective}-seed{seed}.log",
+        f"{R}/logs/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.log",
     conda:
         "../envs/rlcore.yaml"
     params:
@@ -13,12 +13,12 @@ rule run_config:
 
 rule run:
     input:
-        config="results/configs/{mode}-k{k}-{objective}-seed{seed}.json",
+        config=f"{R}/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.json",
         base=base_input,
     output:
-        summary="results/runs/{mode}/k{k}/{objective}/seed{seed}/summary.json",
+        summary=f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
     log:
-        "results/logs/runs/{mode}-k{k}-{objective}-seed{seed}.log",
+        f"{R}/logs/runs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:
