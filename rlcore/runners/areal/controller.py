@@ -26,7 +26,6 @@ from typing import Any
 
 from rlcore.backend import Generation
 from rlcore.config import RunConfig
-from rlcore.objectives import compute_advantages
 from rlcore.records import RunRecorder
 from rlcore.reward import evaluate_response
 from rlcore.runners.areal.protocol import (
@@ -38,7 +37,14 @@ from rlcore.runners.areal.protocol import (
     TrainRequest,
     UpdateDone,
 )
-from rlcore.runners.common import Progress, Prompt, PromptStream, sample_row, update_row
+from rlcore.runners.common import (
+    Progress,
+    Prompt,
+    PromptStream,
+    sample_row,
+    train_batch,
+    update_row,
+)
 from rlcore.tasks import Task
 
 
@@ -403,14 +409,9 @@ class Controller:
                             staleness=version - item.row["policy_version"])
             self._write(item.row)
             rows.append(item.row)
-        adv = compute_advantages([r["reward"] for r in rows], [str(r["group_id"]) for r in rows],
-                                 self.cfg.train.advantage_baseline,
-                                 self.cfg.train.normalize_advantage)
         self.in_training[batch_id] = batch
         self.ch.trainer_qs[trainer].put(TrainRequest(
-            batch_id, version,
-            [i.gen.prompt_ids for i in batch], [i.gen.response_ids for i in batch],
-            [i.gen.logprobs for i in batch], [i.gen.versions for i in batch], adv))
+            batch_id, version, train_batch(rows, [i.gen for i in batch], self.cfg)))
 
     def flush_buffer(self) -> None:
         """At the end: accepted samples never trained are recorded as such."""

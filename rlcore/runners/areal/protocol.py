@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore.backend import TrainBatch
+
 
 @dataclass(frozen=True)
 class PromptSlot:
@@ -68,11 +70,7 @@ class TrainRequest:
 
     batch_id: int
     base_version: int  # the version the controller expects the update to start from
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]
-    behav_logprobs: list[list[float]]
-    versions: list[list[int]]
-    advantages: list[float]
+    batch: TrainBatch
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlcore.backend import HFPolicy, TrainBatch
+from rlcore.backend import HFPolicy
 from rlcore.runners.areal.protocol import (
     CommitAck,
     CommitRequest,
@@ -70,17 +70,15 @@ class Trainer:
         t_start = time.monotonic()
         if self.pending is None and self.ctx.slots.version() != self.version:
             self.version = self.ctx.slots.read_into(self.params)  # another trainer committed
-        oldest = min(min(v) for v in req.versions if v)
+        oldest = min(min(v) for v in req.batch.versions if v)
         if self.version - oldest > self.cfg.staleness.staleness_k:
             # Only reachable with several trainers, when others committed past the base the
             # controller planned for: training would break the staleness bound, so refuse.
             self.report(req, False, self.version, f"staleness {self.version - oldest} > K at "
                         "the trainer", {}, t_start, time.monotonic())
             return
-        stats = self.policy.update(
-            TrainBatch(req.prompt_ids, req.response_ids, req.behav_logprobs, req.versions,
-                       req.advantages),
-            temperature=self.cfg.rollout.temperature, current_version=self.version)
+        stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
+                                   current_version=self.version)
         if self.pending is not None and not self.settle():
             # computed on a rejected candidate (or no verdict came): discard it as well
             self.report(req, False, self.version, "its base candidate was not committed",
