@@ -1,13 +1,19 @@
-# make run  : set up .venv if needed, build the tiny base model, train it with the sync runner
-# make test : set up .venv if needed, then lint and run the test suite
+# make run    : set up .venv if needed, run the whole grid with Snakemake (only what is stale),
+#               then write the HTML report and print where it is
+# make resume : after Snakemake was killed: release its stale lock, then as `make run`
+# make test   : set up .venv if needed, then lint and run the test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlcore-installed
 CONFIG ?= config/config.yaml
-RUN_DIR ?= results/runs/sync/k0/pg/seed0
+REPORT ?= results/report.html
+# Snakemake's jobs call `rlcore` and the scripts' python from the venv.
+export PATH := $(abspath $(BIN)):$(PATH)
+SNAKEMAKE := snakemake --profile workflow/profiles/default \
+	--configfile $(CONFIG) --replace-workflow-config
 
-.PHONY: setup run test lint clean
+.PHONY: setup run resume test lint clean
 
 setup: $(STAMP)
 
@@ -20,13 +26,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	$(BIN)/rlcore build-base models/tiny --config $(CONFIG)
-	$(BIN)/rlcore run $(CONFIG) --out $(RUN_DIR) --force
-	$(BIN)/rlcore eval $(RUN_DIR) --policy base
-	$(BIN)/rlcore eval $(RUN_DIR)
+	$(SNAKEMAKE)
+	$(SNAKEMAKE) --report $(REPORT)
+	@echo "Report: $(abspath $(REPORT))"
+
+resume: setup
+	$(SNAKEMAKE) --unlock
+	$(MAKE) run
 
 lint: setup
 	$(BIN)/ruff check rlcore tests workflow/scripts
+	snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow
 
 test: setup lint
 	$(BIN)/python -m pytest -q

@@ -1,4 +1,4 @@
-# The experiment pipeline: base model -> one run per grid point -> held-out eval -> tables.
+# The experiment pipeline: base model -> one run per grid point -> held-out eval -> tables and figures.
 # Run it with `snakemake --cores 1 --resources gpu=2` (or `--profile workflow/profiles/default`).
 from snakemake.utils import min_version
 
@@ -16,6 +16,7 @@ include: "workflow/rules/base.smk"
 include: "workflow/rules/runs.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/figures.smk"
 
 
 rule all:

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from rlcore.config import (
     ConfigError,
-    RunConfig,
     config_from_dict,
     config_reference_markdown,
     load_config,
     run_config_schema,
 )
-from rlcore.records import RunExistsError, atomic_write_json, is_complete
+from rlcore.records import RunExistsError, atomic_write_json
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.exit_with_parent:
+        from rlcore.runners.areal.runtime import die_with_parent
+
+        die_with_parent(args.exit_with_parent)
     cfg = load_config(args.config, args.set)
     from rlcore.runners import run_mode
 
@@ -43,38 +46,11 @@ def _build_base(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_config_of(run_dir: Path) -> RunConfig:
-    """The resolved config a run recorded in its config.json."""
-    cfg_file = run_dir / "config.json"
-    if not is_complete(run_dir) or not cfg_file.is_file():
-        raise ConfigError(f"'{run_dir}' is not a complete run directory (no summary.json); "
-                          "run `rlcore run CONFIG --out DIR` first")
-    return config_from_dict(json.loads(cfg_file.read_text())["config"])
-
-
 def _eval(args: argparse.Namespace) -> int:
-    import dataclasses
+    from rlcore.evaluation import EVAL_SEED, evaluate_run
 
-    from rlcore.backend import HFPolicy
-    from rlcore.evaluation import evaluate_policy
-    from rlcore.runners.common import set_threads
-    from rlcore.tasks import load_suite
-
-    run_dir = Path(args.run_dir)
-    cfg = run_config_of(run_dir)
-    if args.policy == "final":
-        if not (run_dir / "policy" / "config.json").is_file():
-            raise ConfigError(f"'{run_dir}' saved no final policy (runtime.save_policy was "
-                              "false); rerun with runtime.save_policy: true")
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
-                                                                 path=str(run_dir / "policy")))
-    set_threads(cfg)
-    policy = HFPolicy(cfg.model, cfg.train, role="rollout")
-    heldout = load_suite(cfg.task).split("heldout")[: cfg.eval.heldout_tasks]
-    result: dict[str, Any] = {"policy": args.policy, "model_path": cfg.model.path,
-                              **evaluate_policy(policy, heldout, cfg, seed=args.seed)}
-    out = run_dir / ("eval.json" if args.policy == "final" else "eval_base.json")
-    atomic_write_json(out, result)
+    seed = EVAL_SEED if args.seed is None else args.seed
+    result, out = evaluate_run(Path(args.run_dir), args.policy, seed=seed)
     print(f"{args.policy} policy on {result['tasks']} held-out tasks: greedy pass "
           f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f} "
           f"-> {out}")
@@ -109,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="run directory to write")
     r.add_argument("--force", action="store_true", help="replace a complete run in --out")
     r.add_argument("--set", **overrides)
+    r.add_argument("--exit-with-parent", action="store_const", const=os.getppid(), default=0,
+                   help="die with the process that started this one (the pipeline uses it so "
+                        "that killing Snakemake leaves no run behind)")
     r.set_defaults(func=_run)
 
     b = sub.add_parser("build-base", help="build and warm-start the embedded tiny model")
@@ -122,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run_dir", help="a complete run directory")
     e.add_argument("--policy", choices=["final", "base"], default="final",
                    help="the run's final weights (eval.json) or its base model (eval_base.json)")
-    e.add_argument("--seed", type=int, default=12345, help="sampling seed of the evaluation")
+    e.add_argument("--seed", type=int, default=None,
+                   help="sampling seed of the evaluation (default: the pipeline's)")
     e.set_defaults(func=_eval)
 
     n = sub.add_parser("bench", help="modes side by side, overlap efficiency, weight sync")

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlcore.backend import HFPolicy
-from rlcore.config import RunConfig
+from rlcore.config import ConfigError, RunConfig, config_from_dict
+from rlcore.records import atomic_write_json, is_complete
 from rlcore.reward import evaluate_response
-from rlcore.tasks import Task
+from rlcore.runners.common import set_threads
+from rlcore.tasks import Task, load_suite
+
+EVAL_SEED = 12345  # sampling seed of held-out evaluation, the same for every run
 
 
 def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: int
@@ -51,3 +58,33 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
         "eval_s": time.perf_counter() - start,
         "per_task": per_task,
     }
+
+
+def run_config_of(run_dir: Path) -> RunConfig:
+    """The resolved config a run recorded in its config.json."""
+    cfg_file = run_dir / "config.json"
+    if not is_complete(run_dir) or not cfg_file.is_file():
+        raise ConfigError(f"'{run_dir}' is not a complete run directory (no summary.json); "
+                          "run `rlcore run CONFIG --out DIR` first")
+    return config_from_dict(json.loads(cfg_file.read_text())["config"])
+
+
+def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
+                 ) -> tuple[dict[str, Any], Path]:
+    """Score a run's final policy (-> eval.json) or its base model (-> eval_base.json) on
+    the held-out split with the run's own settings; returns the result and the file."""
+    cfg = run_config_of(run_dir)
+    if policy == "final":
+        if not (run_dir / "policy" / "config.json").is_file():
+            raise ConfigError(f"'{run_dir}' saved no final policy (runtime.save_policy was "
+                              "false); rerun with runtime.save_policy: true")
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
+                                                                 path=str(run_dir / "policy")))
+    set_threads(cfg)
+    model = HFPolicy(cfg.model, cfg.train, role="rollout")
+    heldout = load_suite(cfg.task).split("heldout")[: cfg.eval.heldout_tasks]
+    result: dict[str, Any] = {"policy": policy, "model_path": cfg.model.path,
+                              **evaluate_policy(model, heldout, cfg, seed=seed)}
+    out = run_dir / ("eval.json" if policy == "final" else "eval_base.json")
+    atomic_write_json(out, result)
+    return result, out

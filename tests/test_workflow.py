@@ -1,11 +1,17 @@
-"""The Snakemake pipeline on a small grid: lint, a full run, nothing left to do, staleness."""
+"""The Snakemake pipeline on a small grid: lint, a full run with figures and report, nothing
+left to do, what an edit makes stale, bad configs, and a killed Snakemake resumed."""
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +22,10 @@ from tests.conftest import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+PROFILE = ROOT / "workflow" / "profiles" / "default"
+FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "quality_throughput",
+           "staleness", "queue_depth", "worker_activity")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def small_pipeline_config() -> dict:
@@ -24,16 +34,22 @@ def small_pipeline_config() -> dict:
         "build_base": True,
         "grid": {"modes": {"sync": [0], "areal": [1]}, "objectives": ["pg"], "seeds": [0]},
         "mode_settings": {"areal": {"staleness": {"staleness_control": "both"}}},
+        "figures": {"trace": {"k": 1, "objective": "pg", "seed": 0}, "window_s": [0.0, 0.5]},
     }
 
 
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    """The documented invocation (the default profile), pointed at a working directory."""
+    return [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+            "--profile", str(PROFILE), *args]
+
+
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(
-        [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-         "--cores", "1", "--resources", "gpu=2", *args],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
+    return subprocess.run(snakemake_cmd(workdir, *args), capture_output=True, text=True,
+                          env=ENV, timeout=600)
 
 
 def write_config(workdir: Path, data: dict) -> None:
@@ -57,9 +73,8 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 
 def test_lint_and_format():
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     lint = subprocess.run([str(BIN / "snakemake"), "--lint"], cwd=ROOT, capture_output=True,
-                          text=True, env=env)
+                          text=True, env=ENV)
     assert lint.returncode == 0 and "good condition" in lint.stdout + lint.stderr, lint.stdout
     fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"], cwd=ROOT,
                          capture_output=True, text=True)
@@ -72,16 +87,97 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_config(workdir, small_pipeline_config())
     result = snakemake(workdir)
     assert result.returncode == 0, result.stderr[-3000:]
+    result = snakemake(workdir, "--report", "results/report.html")
+    assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
 
-def test_full_run_produces_tables(pipeline: Path):
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def same(cell: str, value: float | None) -> bool:
+    """A table cell against the run's own number (one seed: the mean is that number)."""
+    if value is None:
+        return math.isnan(float(cell))
+    return math.isclose(float(cell), value, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_full_run_produces_tables_figures_and_report(pipeline: Path):
+    results = pipeline / "results"
     for mode, k in (("sync", 0), ("areal", 1)):
-        run = pipeline / "results" / "runs" / mode / f"k{k}" / "pg" / "seed0"
+        run = results / "runs" / mode / f"k{k}" / "pg" / "seed0"
         assert (run / "summary.json").is_file() and (run / "eval.json").is_file()
-    table = (pipeline / "results" / "tables" / "table1.md").read_text()
+    table = (results / "tables" / "table1.md").read_text()
     assert "| sync | 0 | pg | 1 |" in table and "| areal | 1 | pg | 1 |" in table
-    assert (pipeline / "results" / "tables" / "k_sweep.csv").read_text().count("\n") == 3
+    for name in FIGURES:
+        assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
+        assert "<svg" in (results / "figures" / f"{name}.svg").read_text()[:2000], name
+    assert (results / "report.html").stat().st_size > 100_000
+
+
+def test_tables_agree_with_the_run_directories(pipeline: Path):
+    tables = pipeline / "results" / "tables"
+    table1, k_sweep = read_csv(tables / "table1.csv"), read_csv(tables / "k_sweep.csv")
+    assert len(table1) == len(k_sweep) == 2
+    for row1, row_k in zip(table1, k_sweep, strict=True):
+        run = (pipeline / "results" / "runs" / row1["mode"] / f"k{row1['staleness_k']}"
+               / row1["objective"] / "seed0")
+        summary = json.loads((run / "summary.json").read_text())
+        evaluation = json.loads((run / "eval.json").read_text())
+        m = summary["metrics"]
+        assert same(row1["heldout_pass_rate/mean"], evaluation["sampled_pass_rate"])
+        assert same(row1["reward_per_1k_tokens/mean"], m["reward_per_1k_tokens"])
+        assert same(row1["time_to_threshold_s/mean"], m["time_to_threshold_s"])
+        assert same(row_k["acceptance_rate/mean"], m["acceptance_rate"])
+        assert same(row_k["accepted_samples_per_s/mean"], m["accepted_samples_per_s"])
+        wasted = summary["tokens"]["stale_dropped"] + summary["tokens"]["interrupted"]
+        assert same(row_k["tokens_wasted/mean"], wasted)
+
+
+def render_report(report: Path, page: Path, screenshot: Path) -> dict[str, int]:
+    """Open the report in headless Chromium, show each figure in turn as a reader would, and
+    return the pixel width each figure's image had on screen (0: not displayed)."""
+    show_all = """<script>
+    setTimeout(async () => {
+      const widths = {};
+      const figures = Object.keys(results).filter(p => p.endsWith(".png"));
+      for (const path of figures) {
+        app.setView({navbarMode: "resultinfo", content: "img", resultPath: path,
+                     contentPath: results[path].data_uri});
+        await new Promise(r => setTimeout(r, 200));
+        const name = "filename=" + path.split("/").pop();
+        const img = [...document.images].find(i => i.src.includes(name));
+        widths[path] = img ? img.naturalWidth : 0;
+      }
+      app.setView({navbarMode: "resultinfo", content: "img", resultPath: figures[0],
+                   contentPath: results[figures[0]].data_uri});
+      const out = document.createElement("pre");
+      out.id = "rlcore-check";
+      out.textContent = JSON.stringify(widths);
+      document.body.appendChild(out);
+    }, 300);
+    </script>"""
+    head, tail = report.read_text().rsplit("</body>", 1)  # the last one; scripts hold others
+    page.write_text(head + show_all + "</body>" + tail)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--virtual-time-budget=20000", "--window-size=1400,1000"]
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={screenshot}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    check = dom.split('<pre id="rlcore-check">', 1)[1].split("</pre>", 1)[0]
+    return json.loads(check)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
+def test_report_shows_every_figure_in_chromium(pipeline: Path, tmp_path: Path):
+    shot = tmp_path / "report.png"
+    widths = render_report(pipeline / "results" / "report.html", tmp_path / "page.html", shot)
+    assert sorted(widths) == sorted(f"results/figures/{name}.png" for name in FIGURES)
+    assert all(w > 300 for w in widths.values()), widths
+    assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 20_000
 
 
 def test_second_invocation_has_nothing_to_do(pipeline: Path):
@@ -131,22 +227,102 @@ def source_copy(tmp_path: Path) -> Path:
 
 
 def plan_with_sources(workdir: Path, sources: Path) -> dict[str, int]:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
         [str(BIN / "snakemake"), "-s", str(sources / "Snakefile"), "--directory", str(workdir),
-         "--cores", "1", "--resources", "gpu=2", "-n"],
-        capture_output=True, text=True, env=env, timeout=600)
+         "--profile", str(PROFILE), "-n"],
+        capture_output=True, text=True, env=ENV, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     return planned_jobs(result)
 
 
+def append_comment(path: Path) -> None:
+    path.write_text(path.read_text() + "\n# an edit\n")
+
+
 def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path):
     assert plan_with_sources(pipeline, source_copy) == {}  # identical sources: up to date
-    analysis = source_copy / "rlcore" / "analysis.py"
-    analysis.write_text(analysis.read_text() + "\n# an edit\n")
+    append_comment(source_copy / "rlcore" / "figures.py")
     jobs = plan_with_sources(pipeline, source_copy)
-    assert jobs.get("tables") == 1 and "run" not in jobs and "eval_run" not in jobs
-    controller = source_copy / "rlcore" / "runners" / "areal" / "controller.py"
-    controller.write_text(controller.read_text() + "\n# an edit\n")
+    assert set(jobs) - {"all"} == {"figures", "trace_figures"}
+    append_comment(source_copy / "rlcore" / "analysis.py")
+    jobs = plan_with_sources(pipeline, source_copy)
+    assert set(jobs) - {"all"} == {"tables", "figures", "trace_figures"}
+    append_comment(source_copy / "rlcore" / "runners" / "areal" / "controller.py")
     jobs = plan_with_sources(pipeline, source_copy)
     assert jobs.get("run") == 2 and jobs.get("eval_run") == 2 and jobs.get("tables") == 1
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["grid"]["modes"].update(fast=[0]), "'fast' is not one of"),
+    (lambda d: d["grid"]["modes"].update(areal=[-1]), "-1 is less than the minimum of 0"),
+    (lambda d: d["grid"].update(seeds=[]), "seeds"),
+    (lambda d: d.update(mode_setings={}), "'mode_setings' was unexpected"),
+    (lambda d: d["run"]["train"].update(updatez=3), "updatez"),
+], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key"])
+def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
+                                         message: str):
+    data = small_pipeline_config()
+    edit(data)
+    write_config(tmp_path, data)
+    result = snakemake(tmp_path)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "models").exists()
+
+
+def processes_in(workdir: Path) -> list[int]:
+    """Live processes working in `workdir` (their current directory is in it)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cwd = Path(os.readlink(proc / "cwd"))
+            state = next(line for line in (proc / "status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if cwd.is_relative_to(workdir) and "zombie" not in state:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_killed_snakemake_resumes_with_the_documented_commands(tmp_path: Path):
+    data = small_pipeline_config()
+    data["run"]["train"]["updates"] = 120  # long enough to be killed in the middle of
+    write_config(tmp_path, data)
+    runs = tmp_path / "results" / "runs"
+    proc = subprocess.Popen(snakemake_cmd(tmp_path), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # one run finished, another one under way
+            done = list(runs.glob("*/k*/pg/seed0/summary.json"))
+            going = [p.parent for p in runs.glob("*/k*/pg/seed0/events.jsonl.partial")
+                     if not (p.parent / "summary.json").exists()]
+            if done and going:
+                break
+            assert proc.poll() is None, "the pipeline ended before it could be interrupted"
+            time.sleep(0.05)
+        else:
+            pytest.fail("no run was under way within 300 s")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    finished, interrupted = done[0], going[0]
+    finished_mtime = finished.stat().st_mtime_ns
+    deadline = time.monotonic() + 30
+    while processes_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_in(tmp_path) == [], "the killed pipeline left processes"
+    assert not (interrupted / "summary.json").exists()
+
+    # README / `make resume`: release the dead Snakemake's lock, then run as before.
+    assert snakemake(tmp_path, "--unlock").returncode == 0
+    result = snakemake(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert finished.stat().st_mtime_ns == finished_mtime  # kept, not redone
+    assert (interrupted / "summary.json").is_file() and (interrupted / "eval.json").is_file()
+    assert not list(interrupted.glob("*.partial"))
+    for name in FIGURES:
+        assert (tmp_path / "results" / "figures" / f"{name}.png").is_file()
+    assert (tmp_path / "results" / "tables" / "table1.csv").is_file()

@@ -10,14 +10,17 @@ from snakemake.utils import validate
 from rlcore.config import config_from_dict
 
 validate(config, "../schemas/config.schema.yaml")
+# The run section resolved in full once (defaults filled in, errors raised before any job
+# starts), so the report's front page shows every value the runs used.
+config["run"] = config_from_dict(config["run"]).to_dict()
 
 R = config["results"]  # every output lives below this directory
 
 SOURCES = Path(workflow.basedir)
+# Sources that only read finished runs: editing them must not make the runs stale.
+ANALYSIS_SOURCES = ("analysis.py", "figures.py", "bench.py", "cli.py")
 RUNTIME_SOURCES = sorted(
-    p
-    for p in (SOURCES / "rlcore").rglob("*.py")
-    if p.name not in ("analysis.py", "bench.py", "cli.py")
+    p for p in (SOURCES / "rlcore").rglob("*.py") if p.name not in ANALYSIS_SOURCES
 )
 
 
@@ -69,8 +72,7 @@ def sources_hash(paths):
 
 def base_settings():
     """What the base model depends on: the tiny model's and the task suite's settings."""
-    resolved = config_from_dict(config["run"]).to_dict()
-    return {"base": resolved["base"], "task": resolved["task"]}
+    return {"base": config["run"]["base"], "task": config["run"]["task"]}
 
 
 def model_path():
@@ -90,6 +92,80 @@ def all_runs(filename):
     ]
 
 
+def trace_point(mode):
+    """The grid point whose events the trace figures draw for a mode: the configured
+    objective and seed, at the mode's K nearest to the configured one (lower on a tie).
+    """
+    trace = config["figures"]["trace"]
+    ks = config["grid"]["modes"][mode]
+    k = min(ks, key=lambda k: (abs(k - trace["k"]), k))
+    return dict(mode=mode, k=k, objective=trace["objective"], seed=trace["seed"])
+
+
+def trace_runs(wildcards):
+    """summary.json of each mode's trace run, in the order of `grid.modes`."""
+    return [
+        "{R}/runs/{mode}/k{k}/{objective}/seed{seed}/summary.json".format(
+            R=R, **trace_point(mode)
+        )
+        for mode in config["grid"]["modes"]
+    ]
+
+
+def check_figure_settings():
+    """Cross-key checks the schema cannot express, before any job starts."""
+    trace, grid = config["figures"]["trace"], config["grid"]
+    for key, allowed in (("objective", grid["objectives"]), ("seed", grid["seeds"])):
+        if trace[key] not in allowed:
+            raise ValueError(
+                f"figures.trace.{key} = {trace[key]!r} is not in grid.{key}s {allowed}: "
+                "pick one of the grid's values"
+            )
+    start, end = config["figures"]["window_s"]
+    if not start < end:
+        raise ValueError(
+            f"figures.window_s = {[start, end]}: the start must be before the end"
+        )
+
+
+check_figure_settings()
+
+FIGURES = (
+    "pass_rate",
+    "time_to_threshold",
+    "reward_per_1k",
+    "quality_throughput",
+    "staleness",
+)
+TRACE_FIGURES = ("queue_depth", "worker_activity")
+
+
+PLOT_CODE = sources_hash(
+    ["rlcore/figures.py", "rlcore/analysis.py", "workflow/scripts/figures.py"]
+)
+
+
+def figure(name, subcategory):
+    """A figure's PNG, shown in the report with its caption from reports/<name>.rst."""
+    return report(
+        f"{R}/figures/{name}.png",
+        caption=f"../../reports/{name}.rst",
+        category="Figures",
+        subcategory=subcategory,
+    )
+
+
+def evaluate_into_log(run_dir, log_file):
+    """Score a run on the held-out split (`rlcore eval`), writing its line to the log."""
+    from rlcore.evaluation import evaluate_run
+
+    result, out = evaluate_run(Path(run_dir))
+    Path(log_file).write_text(
+        f"sampled pass {result['sampled_pass_rate']:.3f}, greedy pass "
+        f"{result['greedy_pass_rate']:.3f} -> {out}\n"
+    )
+
+
 def all_outputs():
     return [
         *all_runs("eval.json"),
@@ -97,4 +173,9 @@ def all_outputs():
         f"{R}/tables/table1.md",
         f"{R}/tables/k_sweep.csv",
         f"{R}/tables/k_sweep.md",
+        *(
+            f"{R}/figures/{name}.{ext}"
+            for name in FIGURES + TRACE_FIGURES
+            for ext in ("png", "svg")
+        ),
     ]

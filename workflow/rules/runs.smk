@@ -26,5 +26,7 @@ rule run:
     params:
         run_dir=lambda wildcards, output: os.path.dirname(output.summary),
         code=sources_hash(RUNTIME_SOURCES),
+    # exec: rlcore replaces the shell and becomes Snakemake's own child, so that with
+    # --exit-with-parent a killed Snakemake takes the run (and its workers) with it.
     shell:
-        "rlcore run {input.config} --out {params.run_dir} --force > {log} 2>&1"
+        "exec rlcore run {input.config} --out {params.run_dir} --force --exit-with-parent > {log} 2>&1"

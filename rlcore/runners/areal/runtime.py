@@ -72,14 +72,14 @@ class WorkerContext:
         return os.getpid()
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (no orphans)."""
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no orphans); exit at once if
+    `parent_pid` is already gone."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         return
-    parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:  # it died before the call
+    if os.getppid() != parent_pid:  # it died before the call
         os._exit(1)
 
 
@@ -93,7 +93,9 @@ def _run_role(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> bool:
 
 
 def _process_entry(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> None:
-    _die_with_parent()
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        die_with_parent(parent.pid)
     torch.set_num_threads(ctx.cfg.runtime.threads_per_role)
     if not _run_role(fn, ctx):
         sys.exit(1)

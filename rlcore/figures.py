@@ -1,0 +1,359 @@
+"""The paper's figures from run directories.
+
+The data behind each figure is computed by a pure function (unit-tested); the `draw_*`
+functions only lay it out with matplotlib and save PNG and SVG. A configuration is a
+(mode, K, objective) triple; curves and bars are means over seeds with 95% t intervals
+(`rlcore.analysis.mean_ci95`), the same statistics as the tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+from rlcore.analysis import mean_ci95  # noqa: E402
+from rlcore.metrics import moving_average  # noqa: E402
+
+MODES = ("sync", "async", "areal")
+MODE_LABEL = {"sync": "sync", "async": "threaded async", "areal": "AReaL-style"}
+MODE_COLOR = {"sync": "#4d4d4d", "async": "#1f77b4", "areal": "#d95f02"}
+MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
+K_LINESTYLE = ("-", "--", ":", "-.")
+QUEUES = ("prompt_queue", "generating", "sample_queue", "replay_buffer", "trainer_queue")
+QUEUE_LABEL = {
+    "prompt_queue": "prompts waiting",
+    "generating": "prompts generating",
+    "sample_queue": "samples to score",
+    "replay_buffer": "replay buffer",
+    "trainer_queue": "batches at trainer",
+}
+ROLES = ("rollout", "trainer")
+
+# Stable SVG ids and no timestamp, so an unchanged figure is an unchanged file.
+plt.rcParams["svg.hashsalt"] = "rlcore"
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def config_label(mode: str, k: int) -> str:
+    """'AReaL-style K=2': how a (mode, K) configuration is named in every figure."""
+    return f"{MODE_LABEL.get(mode, mode)} K={k}"
+
+
+def _mode_rank(mode: str) -> int:
+    return MODES.index(mode) if mode in MODES else len(MODES)
+
+
+def config_order(key: tuple[str, int, str]) -> tuple[int, int, str]:
+    """Sort (mode, K, objective) as sync, threaded, AReaL-style, then by K."""
+    mode, k, objective = key
+    return (_mode_rank(mode), k, objective)
+
+
+def run_key(run_dir: Path) -> tuple[str, int, str]:
+    s = json.loads((run_dir / "summary.json").read_text())
+    return s["mode"], s["staleness_k"], s["objective"]
+
+
+def group_runs(run_dirs: Iterable[Path]) -> dict[tuple[str, int, str], list[Path]]:
+    """Run directories by configuration, in figure order."""
+    groups: dict[tuple[str, int, str], list[Path]] = {}
+    for d in run_dirs:
+        groups.setdefault(run_key(Path(d)), []).append(Path(d))
+    return {k: groups[k] for k in sorted(groups, key=config_order)}
+
+
+# ---- data -------------------------------------------------------------------------------
+
+
+def mean_curve(curves: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """Pointwise mean and 95% half-width over equally long curves (cut to the shortest)."""
+    n = min(len(c) for c in curves)
+    stats = [mean_ci95([c[i] for c in curves]) for i in range(n)]
+    return [m for m, _ in stats], [h for _, h in stats]
+
+
+def pass_rate_curve(run_dir: Path) -> tuple[list[float], float]:
+    """One run's training pass rate per update, as the trailing mean that time-to-threshold
+    uses, and that threshold."""
+    updates = read_jsonl(run_dir / "updates.jsonl")
+    ev = json.loads((run_dir / "config.json").read_text())["config"]["eval"]
+    return moving_average([u["pass_rate"] for u in updates], ev["window"]), ev["threshold"]
+
+
+def staleness_counts(run_dirs: Iterable[Path]) -> dict[str, dict[int, int]]:
+    """Per-sample staleness histograms of accepted and stale-dropped samples, summed."""
+    out: dict[str, dict[int, int]] = {"accepted": {}, "dropped_stale": {}}
+    for d in run_dirs:
+        per_sample = json.loads((d / "staleness.json").read_text())["per_sample"]
+        for kind, counts in out.items():
+            for s, n in per_sample.get(kind, {}).items():
+                counts[int(s)] = counts.get(int(s), 0) + n
+    return out
+
+
+def queue_trace(events: Iterable[dict[str, Any]]) -> dict[str, list[float]]:
+    """Time and depth of every queue from the controller's `queues` events."""
+    rows = [e for e in events if e["type"] == "queues"]
+    trace = {"t": [e["t"] for e in rows]}
+    for q in QUEUES:
+        trace[q] = [e.get(q, 0) for e in rows]
+    return trace
+
+
+def busy_spans(events: Iterable[dict[str, Any]], start: float, end: float
+               ) -> dict[str, list[tuple[float, float]]]:
+    """Per role, the (start, duration) of busy spans clipped to the window [start, end]."""
+    out: dict[str, list[tuple[float, float]]] = {r: [] for r in ROLES}
+    for e in events:
+        if e["type"] != "span":
+            continue
+        role = e.get("role", e["worker"])  # the sync runner names its spans by role
+        s, t = max(e["start"], start), min(e["end"], end)
+        if role in out and t > s:
+            out[role].append((s, t - s))
+    return out
+
+
+# ---- drawing ------------------------------------------------------------------------------
+
+
+def save(fig: plt.Figure, png: str | Path, svg: str | Path) -> None:
+    """Write the figure as PNG and SVG and release it."""
+    fig.savefig(png, dpi=150, bbox_inches="tight")
+    fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+
+
+def _style(mode: str, k: int, ks: Sequence[int]) -> dict[str, Any]:
+    return {"color": MODE_COLOR.get(mode), "linestyle": K_LINESTYLE[ks.index(k) % 4]}
+
+
+def _objective_axes(objectives: Sequence[str], height: float = 3.6, sharey: bool = True):
+    fig, axes = plt.subplots(1, len(objectives), figsize=(5.2 * len(objectives), height),
+                             sharey=sharey, squeeze=False, layout="constrained")
+    for ax, objective in zip(axes[0], objectives, strict=True):
+        ax.set_title(f"objective: {objective}")
+        ax.grid(alpha=0.3)
+    return fig, axes[0]
+
+
+def _objectives(groups: dict[tuple[str, int, str], list[Path]]) -> list[str]:
+    return sorted({o for _, _, o in groups})
+
+
+def _mode_ks(groups: dict[tuple[str, int, str], list[Path]]) -> dict[str, list[int]]:
+    ks: dict[str, set[int]] = {}
+    for mode, k, _ in groups:
+        ks.setdefault(mode, set()).add(k)
+    return {m: sorted(v) for m, v in ks.items()}
+
+
+def draw_pass_rate(run_dirs: Iterable[Path], png: str | Path, svg: str | Path) -> None:
+    """Paper Figure 2: training pass rate against policy updates, per configuration."""
+    groups = group_runs(run_dirs)
+    objectives, mode_ks = _objectives(groups), _mode_ks(groups)
+    fig, axes = _objective_axes(objectives, height=4.0)
+    threshold = None
+    for (mode, k, objective), dirs in groups.items():
+        curves = [pass_rate_curve(d) for d in dirs]
+        threshold = curves[0][1]
+        mean, _ = mean_curve([c for c, _ in curves])
+        ax = axes[objectives.index(objective)]
+        ax.plot(range(1, len(mean) + 1), mean, label=config_label(mode, k), linewidth=1.1,
+                **_style(mode, k, mode_ks[mode]))
+    for ax in axes:
+        if threshold is not None:
+            ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=(0, (4, 4)))
+        ax.set_xlabel("training step (applied policy update)")
+    axes[0].set_ylabel("training pass rate (trailing mean)")
+    axes[-1].legend(loc="lower right", fontsize=8, title="mean over seeds; grey: threshold",
+                    title_fontsize=7)
+    save(fig, png, svg)
+
+
+def _bar_chart(rows: Sequence[dict[str, Any]], metric: str, ylabel: str,
+               png: str | Path, svg: str | Path, missing_note: str | None = None) -> None:
+    """Bars of a metric per (mode, K), one bar per objective, mean ± 95% CI, seeds as dots."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["staleness_k"], r["objective"]), []).append(r)
+    keys = sorted(groups, key=config_order)
+    configs = list(dict.fromkeys((m, k) for m, k, _ in keys))
+    objectives = sorted({o for _, _, o in keys})
+    width = 0.8 / len(objectives)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(configs) + 2), 4.0),
+                           layout="constrained")
+    hatches = ("", "//", "..", "xx")
+    for j, objective in enumerate(objectives):
+        for i, (mode, k) in enumerate(configs):
+            members = groups.get((mode, k, objective), [])
+            values = [r[metric] for r in members if r[metric] is not None]
+            x = i + (j - (len(objectives) - 1) / 2) * width
+            if values:
+                mean, ci = mean_ci95(values)
+                ax.bar(x, mean, width * 0.9, yerr=ci, capsize=3, color=MODE_COLOR.get(mode),
+                       alpha=0.75, hatch=hatches[j % 4], edgecolor="white",
+                       label=f"objective: {objective}" if i == 0 else None)
+                ax.plot([x] * len(values), values, "k.", markersize=4)
+            if missing_note and len(values) < len(members):
+                ax.annotate(f"{len(values)}/{len(members)}\n{missing_note}", (x, 0),
+                            xytext=(0, 3), textcoords="offset points", ha="center",
+                            fontsize=6)
+    ax.set_xticks(range(len(configs)), [config_label(m, k) for m, k in configs],
+                  rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, title="bars: mean ± 95% CI; dots: seeds", title_fontsize=7)
+    save(fig, png, svg)
+
+
+def draw_time_to_threshold(rows: Sequence[dict[str, Any]], png: str | Path,
+                           svg: str | Path) -> None:
+    """Paper Figure 3: wall-clock seconds until the trailing pass rate reaches the threshold."""
+    thresholds = {r["threshold"] for r in rows}
+    level = thresholds.pop() if len(thresholds) == 1 else "threshold"
+    _bar_chart(rows, "time_to_threshold_s",
+               f"time to training pass rate ≥ {level} (s, wall clock)", png, svg,
+               missing_note="reached")
+
+
+def draw_reward_per_1k(rows: Sequence[dict[str, Any]], png: str | Path,
+                       svg: str | Path) -> None:
+    """Paper Figure 4: total reward per 1,000 generated tokens (sample efficiency)."""
+    _bar_chart(rows, "reward_per_1k_tokens", "reward per 1k generated tokens", png, svg)
+
+
+def draw_quality_throughput(rows: Sequence[dict[str, Any]], png: str | Path,
+                            svg: str | Path) -> None:
+    """Held-out pass rate against accepted samples/s for every K: the staleness trade-off."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["staleness_k"], r["objective"]), []).append(r)
+    objectives = sorted({o for _, _, o in groups})
+    fig, axes = _objective_axes(objectives, height=4.0)
+    for objective, ax in zip(objectives, axes, strict=True):
+        for mode in MODES:
+            points = []
+            for (m, k, o), members in sorted(groups.items(), key=lambda g: g[0][1]):
+                if m != mode or o != objective:
+                    continue
+                x, xe = mean_ci95([r["accepted_samples_per_s"] for r in members])
+                quality = [r["heldout_pass_rate"] for r in members
+                           if r["heldout_pass_rate"] is not None]
+                if not quality:
+                    continue
+                y, ye = mean_ci95(quality)
+                points.append((x, y))
+                ax.errorbar(x, y, xerr=xe, yerr=ye, color=MODE_COLOR[mode],
+                            marker=MODE_MARKER[mode], capsize=2, markersize=5,
+                            label=MODE_LABEL[mode] if len(points) == 1 else None)
+                ax.annotate(f"K={k}", (x, y), xytext=(4, 4), textcoords="offset points",
+                            fontsize=7, color=MODE_COLOR[mode])
+            if len(points) > 1:
+                ax.plot(*zip(*points, strict=True), color=MODE_COLOR[mode], linewidth=0.8,
+                        alpha=0.6)
+        ax.set_xlabel("accepted samples per second (throughput)")
+    axes[0].set_ylabel("held-out sampled pass rate")
+    axes[-1].legend(fontsize=8, title="mean ± 95% CI over seeds", title_fontsize=7)
+    save(fig, png, svg)
+
+
+def draw_staleness(run_dirs: Iterable[Path], png: str | Path, svg: str | Path) -> None:
+    """Staleness of accepted and stale-dropped samples, one panel per async (mode, K)."""
+    by_config: dict[tuple[str, int], list[Path]] = {}
+    for (mode, k, _), dirs in group_runs(run_dirs).items():
+        if mode != "sync":
+            by_config.setdefault((mode, k), []).extend(dirs)
+    if not by_config:
+        by_config = {("sync", 0): list(run_dirs)}
+    configs = list(by_config)
+    cols = min(4, len(configs))
+    rows = -(-len(configs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[len(configs):]:
+        ax.set_visible(False)
+    for ax, (mode, k) in zip(axes.flat, configs, strict=False):
+        counts = staleness_counts(by_config[(mode, k)])
+        total = sum(counts["accepted"].values()) + sum(counts["dropped_stale"].values())
+        xs = list(range(max([k + 1, *counts["accepted"], *counts["dropped_stale"]]) + 1))
+        for kind, offset, color, label in (
+            ("accepted", -0.2, MODE_COLOR[mode], "accepted"),
+            ("dropped_stale", 0.2, "#b2182b", "dropped (stale)"),
+        ):
+            ax.bar([x + offset for x in xs],
+                   [counts[kind].get(x, 0) / max(total, 1) for x in xs], 0.4, color=color,
+                   label=label)
+        ax.axvline(k + 0.5, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(xs)
+        dropped = sum(counts["dropped_stale"].values()) / max(total, 1)
+        ax.set_title(f"{config_label(mode, k)} (dropped {dropped:.1%})", fontsize=9)
+        ax.set_xlabel("staleness (policy versions)")
+        ax.set_ylabel("share of scored samples")
+    axes.flat[0].legend(fontsize=7, title="dashed: bound K", title_fontsize=7)
+    save(fig, png, svg)
+
+
+def draw_queue_depth(traces: dict[str, Path], window: tuple[float, float],
+                     png: str | Path, svg: str | Path) -> None:
+    """Queue depths in a time window, one panel per asynchronous mode's trace run."""
+    modes = [m for m in sorted(traces, key=_mode_rank) if m != "sync"]
+    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 2.6 * len(modes)), sharex=True,
+                             squeeze=False, layout="constrained")
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        run_dir = traces[mode]
+        trace = queue_trace(read_jsonl(run_dir / "events.jsonl"))
+        for q in QUEUES:
+            ax.step(trace["t"], trace[q], where="post", label=QUEUE_LABEL[q], linewidth=0.9)
+        mode_, k, objective = run_key(run_dir)
+        ax.set_title(f"{config_label(mode_, k)}, {objective}, {run_dir.name}", fontsize=9)
+        ax.set_ylabel("depth (items)")
+        ax.set_xlim(*window)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("wall-clock time since the measured start (s)")
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=7, ncol=len(QUEUES), loc="outside upper center")
+    save(fig, png, svg)
+
+
+def draw_worker_activity(traces: dict[str, Path], window: tuple[float, float],
+                         png: str | Path, svg: str | Path) -> None:
+    """Rollout and trainer busy spans in a time window, sync beside the async modes."""
+    start, end = window
+    modes = sorted(traces, key=_mode_rank)
+    fig, ax = plt.subplots(figsize=(10, 0.9 * len(modes) * len(ROLES) + 1.2),
+                           layout="constrained")
+    ticks, labels = [], []
+    y = 0.0
+    for mode in reversed(modes):
+        run_dir = traces[mode]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        spans = busy_spans(read_jsonl(run_dir / "events.jsonl"), start, end)
+        name = config_label(mode, summary["staleness_k"])
+        for role in reversed(ROLES):
+            ax.broken_barh(spans[role], (y, 0.8), facecolors=MODE_COLOR[mode],
+                           alpha=0.9 if role == "rollout" else 0.45)
+            ticks.append(y + 0.4)
+            labels.append(f"{name}: {role}" if role == "rollout" else
+                          f"{role}\n(overlap {summary['time']['overlap_frac']:.0%} of run)")
+            y += 1
+        y += 0.5
+    ax.set_yticks(ticks, labels)
+    ax.set_xlim(start, end)
+    ax.set_xlabel("wall-clock time since the measured start (s)")
+    ax.set_title("busy spans: rollout (dark) and trainer (light); side by side = overlap",
+                 fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    save(fig, png, svg)

@@ -1,0 +1,59 @@
+"""The data behind the figures, checked against values worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlcore import figures
+
+
+def test_mean_curve_is_pointwise_and_cut_to_the_shortest():
+    mean, ci = figures.mean_curve([[0.0, 1.0, 0.5], [1.0, 0.0]])
+    assert mean == [0.5, 0.5]
+    # two values 0 and 1: sd = 0.7071, t(1) = 12.706, half-width = 12.706 * 0.7071 / sqrt(2)
+    assert ci == pytest.approx([6.353, 6.353])
+
+
+def test_runs_sort_sync_then_threaded_then_areal_then_by_k():
+    keys = [("areal", 2, "pg"), ("sync", 0, "pg"), ("areal", 0, "pg"), ("async", 4, "pg")]
+    assert sorted(keys, key=figures.config_order) == [
+        ("sync", 0, "pg"), ("async", 4, "pg"), ("areal", 0, "pg"), ("areal", 2, "pg")]
+    assert figures.config_label("areal", 2) == "AReaL-style K=2"
+
+
+def test_staleness_counts_add_up_over_runs(tmp_path: Path):
+    for name, per_sample in (("a", {"accepted": {"0": 3, "1": 5}, "dropped_stale": {"3": 1}}),
+                             ("b", {"accepted": {"1": 2}, "dropped_stale": {}})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "staleness.json").write_text(json.dumps({"per_sample": per_sample}))
+    counts = figures.staleness_counts([tmp_path / "a", tmp_path / "b"])
+    assert counts == {"accepted": {0: 3, 1: 7}, "dropped_stale": {3: 1}}
+
+
+def test_queue_trace_reads_queue_events_only():
+    events = [
+        {"t": 0.1, "type": "queues", "prompt_queue": 4, "generating": 2, "sample_queue": 0,
+         "replay_buffer": 1, "trainer_queue": 0, "version": 0},
+        {"t": 0.2, "type": "version_change", "old_version": 0, "new_version": 1},
+        {"t": 0.3, "type": "queues", "prompt_queue": 3, "generating": 1, "sample_queue": 1,
+         "replay_buffer": 0, "trainer_queue": 1, "version": 1},
+    ]
+    trace = figures.queue_trace(events)
+    assert trace["t"] == [0.1, 0.3]
+    assert trace["prompt_queue"] == [4, 3] and trace["trainer_queue"] == [0, 1]
+
+
+def test_busy_spans_are_clipped_to_the_window_and_grouped_by_role():
+    events = [
+        {"type": "span", "worker": "rollout", "start": 0.5, "end": 1.5},  # sync: no role
+        {"type": "span", "worker": "trainer0", "role": "trainer", "start": 1.2, "end": 1.4},
+        {"type": "span", "worker": "trainer0", "role": "trainer", "start": 2.5, "end": 3.0},
+        {"type": "span", "worker": "reward", "start": 1.5, "end": 1.6},  # not drawn
+        {"type": "queues", "t": 1.1},
+    ]
+    spans = figures.busy_spans(events, start=1.0, end=2.0)
+    assert spans["rollout"] == [(1.0, 0.5)]
+    assert spans["trainer"] == [(1.2, pytest.approx(0.2))]

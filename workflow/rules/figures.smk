@@ -1,0 +1,46 @@
+# The paper's figures (PNG for the report, SVG beside it) from the finished runs.
+
+
+rule figures:
+    input:
+        summaries=all_runs("summary.json"),
+        evals=all_runs("eval.json"),
+    output:
+        pass_rate=figure("pass_rate", "Learning"),
+        pass_rate_svg=f"{R}/figures/pass_rate.svg",
+        time_to_threshold=figure("time_to_threshold", "Learning"),
+        time_to_threshold_svg=f"{R}/figures/time_to_threshold.svg",
+        reward_per_1k=figure("reward_per_1k", "Learning"),
+        reward_per_1k_svg=f"{R}/figures/reward_per_1k.svg",
+        quality_throughput=figure("quality_throughput", "Staleness"),
+        quality_throughput_svg=f"{R}/figures/quality_throughput.svg",
+        staleness=figure("staleness", "Staleness"),
+        staleness_svg=f"{R}/figures/staleness.svg",
+    log:
+        f"{R}/logs/figures.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        code=PLOT_CODE,
+    script:
+        "../scripts/figures.py"
+
+
+rule trace_figures:
+    input:
+        trace_runs,
+    output:
+        queue_depth=figure("queue_depth", "System"),
+        queue_depth_svg=f"{R}/figures/queue_depth.svg",
+        worker_activity=figure("worker_activity", "System"),
+        worker_activity_svg=f"{R}/figures/worker_activity.svg",
+    log:
+        f"{R}/logs/trace_figures.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        modes=list(config["grid"]["modes"]),
+        window=config["figures"]["window_s"],
+        code=PLOT_CODE,
+    script:
+        "../scripts/figures.py"

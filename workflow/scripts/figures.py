@@ -1,0 +1,31 @@
+"""The paper's figures from the runs (rlcore.figures); one script for both figure rules."""
+
+import sys
+from pathlib import Path
+
+from rlcore import figures
+from rlcore.analysis import run_row
+
+
+def grid_figures(smk):
+    run_dirs = [Path(p).parent for p in smk.input.summaries]
+    rows = [run_row(d) for d in run_dirs]
+    out = smk.output
+    figures.draw_pass_rate(run_dirs, out.pass_rate, out.pass_rate_svg)
+    figures.draw_time_to_threshold(rows, out.time_to_threshold, out.time_to_threshold_svg)
+    figures.draw_reward_per_1k(rows, out.reward_per_1k, out.reward_per_1k_svg)
+    figures.draw_quality_throughput(rows, out.quality_throughput, out.quality_throughput_svg)
+    figures.draw_staleness(run_dirs, out.staleness, out.staleness_svg)
+
+
+def trace_figures(smk):
+    traces = {mode: Path(p).parent for mode, p in zip(smk.params.modes, smk.input, strict=True)}
+    window = tuple(smk.params.window)
+    out = smk.output
+    figures.draw_queue_depth(traces, window, out.queue_depth, out.queue_depth_svg)
+    figures.draw_worker_activity(traces, window, out.worker_activity, out.worker_activity_svg)
+
+
+with open(snakemake.log[0], "w") as log:  # noqa: F821 - injected by Snakemake
+    sys.stderr = log
+    {"figures": grid_figures, "trace_figures": trace_figures}[snakemake.rule](snakemake)  # noqa: F821
