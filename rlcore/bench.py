@@ -26,9 +26,11 @@ import torch
 from rlcore.backend import HFPolicy, TrainBatch
 from rlcore.config import RunConfig
 from rlcore.objectives import compute_advantages
-from rlcore.reward import evaluate_response
+from rlcore.reward import RewardPool, evaluate_response
 from rlcore.runners import run_mode
 from rlcore.runners.common import PromptStream, preflight, set_threads
+from rlcore.sandbox import detect_isolation
+from rlcore.tasks import Task
 
 MODES = ("sync", "async", "areal")
 
@@ -58,7 +60,7 @@ def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
                                max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
                                chunk_tokens=ro.max_new_tokens, generator=gen)
         rewards = [evaluate_response(policy.decode_response(g.response_ids), p.task,
-                                     cfg.reward.timeout_sec)["reward"]
+                                     cfg.reward)["reward"]
                    for p, g in zip(prompts, gens, strict=True)]
         adv = compute_advantages(rewards, [str(p.group_id) for p in prompts],
                                  cfg.train.advantage_baseline, cfg.train.normalize_advantage)
@@ -197,3 +199,23 @@ def bench(cfg: RunConfig, updates: int, repeats: int, floor_steps: int,
     if qwen_weight_sync:
         out["weight_sync"]["qwen2.5-0.5b-sized"] = bench_weight_sync(qwen05b_sized_model(), 3)
     return out
+
+
+def bench_sandbox(cfg: RunConfig, evaluations: int) -> dict[str, Any]:
+    """Sandboxed evaluations per second for a trivial correct solution, through the reward
+    pool as a run uses it (cfg.reward.workers at once)."""
+    task = Task(task_id="bench", prompt="inc", entry_point="inc",
+                tests=["assert inc(1) == 2", "assert inc(-1) == 0"])
+    response = "```python\ndef inc(x):\n    return x + 1\n```"
+    iso = detect_isolation(cfg.reward)
+    pool = RewardPool(cfg.reward)
+    try:
+        pool.map([(response, task)] * cfg.reward.workers)  # warm: threads and the probe
+        t0 = time.perf_counter()
+        results = pool.map([(response, task)] * evaluations)
+        elapsed = time.perf_counter() - t0
+    finally:
+        pool.close()
+    return {"evaluations": evaluations, "workers": cfg.reward.workers,
+            "passed": sum(r["pass"] for r in results), "seconds": elapsed,
+            "evaluations_per_s": evaluations / elapsed, "isolation": iso.describe()}

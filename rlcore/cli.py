@@ -58,10 +58,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rlcore.bench import bench
+    from rlcore.bench import bench, bench_sandbox
 
     cfg = load_config(args.config, args.set)
-    result = bench(cfg, args.updates, args.repeats, args.floor_steps, args.qwen_weight_sync)
+    if args.sandbox:
+        result = bench_sandbox(cfg, args.sandbox)
+    else:
+        result = bench(cfg, args.updates, args.repeats, args.floor_steps, args.qwen_weight_sync)
     print(json.dumps(result, indent=2))
     if args.out:
         atomic_write_json(Path(args.out), result)
@@ -105,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sampling seed of the evaluation (default: the pipeline's)")
     e.set_defaults(func=_eval)
 
-    n = sub.add_parser("bench", help="modes side by side, overlap efficiency, weight sync")
+    n = sub.add_parser("bench", help="modes side by side, overlap efficiency, weight sync; "
+                       "or the code sandbox's evaluations/s")
     n.add_argument("config", help="run config (YAML or JSON)")
     n.add_argument("--updates", type=int, default=200, help="updates per run of each mode")
     n.add_argument("--repeats", type=int, default=3, help="repetitions of the mode comparison")
@@ -113,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed steps of the bare REINFORCE loop")
     n.add_argument("--qwen-weight-sync", action="store_true",
                    help="also time weight sync for a random Qwen2.5-0.5B-sized model (~2 GB)")
+    n.add_argument("--sandbox", type=int, metavar="N", default=0,
+                   help="instead: time N sandboxed evaluations of a trivial correct solution")
     n.add_argument("--out", help="also write the figures to this JSON file")
     n.add_argument("--set", **overrides)
     n.set_defaults(func=_bench)

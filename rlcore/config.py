@@ -97,6 +97,10 @@ class TaskConfig:
     heldout_size: int = _f(
         300, "arith: number of distinct problems held out from training.", minimum=1
     )
+    arith_form: Literal["symbolic", "words"] = _f(
+        "symbolic", "arith: prompts as '3+4=' (symbolic, for the tiny model) or as a question "
+        "in words (for instruct models)."
+    )
     train_path: str | None = _f(None, "jsonl: file of training tasks, one JSON object a line.")
     heldout_path: str | None = _f(None, "jsonl: file of held-out tasks, one JSON object a line.")
 
@@ -172,6 +176,27 @@ class AsyncConfig:
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
     timeout_sec: float = _f(5.0, "Wall-clock limit of one reward evaluation.", exclusiveMinimum=0)
+    workers: int = _f(
+        2, "Code tasks: sandboxed evaluations running at once, off the controller's path.",
+        minimum=1, maximum=64,
+    )
+    sandbox_isolation: Literal["auto", "namespaces", "rlimits"] = _f(
+        "auto", "Code tasks: namespaces (fail if unavailable), rlimits (resource limits "
+        "only), or auto (the strongest that works here; recorded in config.json).",
+    )
+    sandbox_python: str | None = _f(
+        None, "Code tasks: interpreter for the sandbox (default: this one, else the system "
+        "python3 when the sandbox user cannot run this one)."
+    )
+    sandbox_memory_mb: int = _f(256, "Code tasks: address-space limit.", minimum=32)
+    sandbox_max_processes: int = _f(
+        16, "Code tasks: processes the sandbox user may have (bounds fork bombs).", minimum=1
+    )
+    sandbox_file_size_kb: int = _f(1024, "Code tasks: largest file it may write.", minimum=0)
+    sandbox_open_files: int = _f(32, "Code tasks: open file descriptors.", minimum=8)
+    sandbox_output_kb: int = _f(
+        64, "Code tasks: stdout+stderr kept; a response printing more is cut off.", minimum=1
+    )
 
 
 @dataclasses.dataclass(frozen=True)

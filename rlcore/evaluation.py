@@ -39,10 +39,10 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
                                   generator=gen)
         for i, task in enumerate(chunk):
             g_ok = evaluate_response(policy.decode_response(greedy[i]), task,
-                                     cfg.reward.timeout_sec)["pass"]
+                                     cfg.reward)["pass"]
             s_ok = sum(
                 evaluate_response(policy.decode_response(s.response_ids), task,
-                                  cfg.reward.timeout_sec)["pass"]
+                                  cfg.reward)["pass"]
                 for s in sampled[i * ev.samples_per_task : (i + 1) * ev.samples_per_task]
             )
             greedy_pass += g_ok

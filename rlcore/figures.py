@@ -26,6 +26,8 @@ MODES = ("sync", "async", "areal")
 MODE_LABEL = {"sync": "sync", "async": "threaded async", "areal": "AReaL-style"}
 MODE_COLOR = {"sync": "#4d4d4d", "async": "#1f77b4", "areal": "#d95f02"}
 MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
+# Where each mode's point labels go, so that neighbouring points' labels do not collide.
+LABEL_OFFSET = {"sync": (-5, 5), "async": (5, -11), "areal": (5, 5)}
 K_LINESTYLE = ("-", "--", ":", "-.")
 QUEUES = ("prompt_queue", "generating", "sample_queue", "replay_buffer", "trainer_queue")
 QUEUE_LABEL = {
@@ -136,6 +138,12 @@ def save(fig: plt.Figure, png: str | Path, svg: str | Path) -> None:
     plt.close(fig)
 
 
+def _lighter(color: str, towards_white: float = 0.55) -> tuple[float, float, float]:
+    """An opaque lighter shade (overlapping spans stay one colour, unlike with alpha)."""
+    r, g, b = matplotlib.colors.to_rgb(color)
+    return tuple(c + (1 - c) * towards_white for c in (r, g, b))  # type: ignore[return-value]
+
+
 def _style(mode: str, k: int, ks: Sequence[int]) -> dict[str, Any]:
     return {"color": MODE_COLOR.get(mode), "linestyle": K_LINESTYLE[ks.index(k) % 4]}
 
@@ -178,8 +186,14 @@ def draw_pass_rate(run_dirs: Iterable[Path], png: str | Path, svg: str | Path) -
             ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=(0, (4, 4)))
         ax.set_xlabel("training step (applied policy update)")
     axes[0].set_ylabel("training pass rate (trailing mean)")
-    axes[-1].legend(loc="lower right", fontsize=8, title="mean over seeds; grey: threshold",
-                    title_fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:  # a configuration may be missing from the first panel
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    fig.legend(handles, labels, loc="outside right center", fontsize=8,
+               title="mean over seeds\ngrey: threshold", title_fontsize=7)
     save(fig, png, svg)
 
 
@@ -215,7 +229,9 @@ def _bar_chart(rows: Sequence[dict[str, Any]], metric: str, ylabel: str,
                   rotation=30, ha="right")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, title="bars: mean ± 95% CI; dots: seeds", title_fontsize=7)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", fontsize=8,
+               ncols=len(objectives), title="bars: mean ± 95% CI over seeds; dots: seeds",
+               title_fontsize=7)
     save(fig, png, svg)
 
 
@@ -259,14 +275,16 @@ def draw_quality_throughput(rows: Sequence[dict[str, Any]], png: str | Path,
                 ax.errorbar(x, y, xerr=xe, yerr=ye, color=MODE_COLOR[mode],
                             marker=MODE_MARKER[mode], capsize=2, markersize=5,
                             label=MODE_LABEL[mode] if len(points) == 1 else None)
-                ax.annotate(f"K={k}", (x, y), xytext=(4, 4), textcoords="offset points",
-                            fontsize=7, color=MODE_COLOR[mode])
+                ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],
+                            textcoords="offset points", fontsize=7, color=MODE_COLOR[mode],
+                            ha="right" if mode == "sync" else "left")
             if len(points) > 1:
                 ax.plot(*zip(*points, strict=True), color=MODE_COLOR[mode], linewidth=0.8,
                         alpha=0.6)
         ax.set_xlabel("accepted samples per second (throughput)")
     axes[0].set_ylabel("held-out sampled pass rate")
-    axes[-1].legend(fontsize=8, title="mean ± 95% CI over seeds", title_fontsize=7)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8,
+               title="mean ± 95% CI\nover seeds", title_fontsize=7)
     save(fig, png, svg)
 
 
@@ -343,8 +361,8 @@ def draw_worker_activity(traces: dict[str, Path], window: tuple[float, float],
         spans = busy_spans(read_jsonl(run_dir / "events.jsonl"), start, end)
         name = config_label(mode, summary["staleness_k"])
         for role in reversed(ROLES):
-            ax.broken_barh(spans[role], (y, 0.8), facecolors=MODE_COLOR[mode],
-                           alpha=0.9 if role == "rollout" else 0.45)
+            color = MODE_COLOR[mode] if role == "rollout" else _lighter(MODE_COLOR[mode])
+            ax.broken_barh(spans[role], (y, 0.8), facecolors=color)
             ticks.append(y + 0.4)
             labels.append(f"{name}: {role}" if role == "rollout" else
                           f"{role}\n(overlap {summary['time']['overlap_frac']:.0%} of run)")

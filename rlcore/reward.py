@@ -1,19 +1,30 @@
 """The reward harness: one function, `evaluate_response`, shared by every runner.
 
-Answer tasks are scored by exact match of the parsed answer. For an integer reference answer
+Answer tasks are scored by exact match of the parsed answer; code tasks by running their tests
+against the response's code in the sandbox (`rlcore.sandbox`): the reward is 1 when every test
+passes, else 0. For an integer reference answer
 the rule is: the last integer in the response (optionally signed, commas allowed as thousands
 separators) is the answer; a response without an integer fails. Taking the last number lets
 instruct models show their working ("3+4 is 7, so the answer is 7") while a bare "7" from the
 tiny model is the same. A non-numeric reference must equal the whole stripped response.
-Code tasks need the sandbox of a later issue and are refused clearly until then.
+
+`RewardPool` takes scoring off the caller's path: code evaluations run in a few threads, each
+with a sandbox slot of its own, and report back through a callback, so a slow or hostile
+response never stalls the controller.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rlcore.config import RewardConfig
+from rlcore.sandbox import extract_code, run_tests
 from rlcore.tasks import Task
 
 _INT = re.compile(r"-?\d[\d,]*")
@@ -31,13 +42,18 @@ def parse_answer(response_text: str) -> str | None:
         return None
 
 
-def evaluate_response(response_text: str, task: Task, timeout_sec: float) -> dict[str, Any]:
-    """Score one response: {'reward': float, 'pass': bool, 'parsed': str|None, 'eval_s': float}."""
+def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: int = 0
+                      ) -> dict[str, Any]:
+    """Score one response: {'reward': float, 'pass': bool, 'parsed': str|None, 'eval_s': float},
+    plus the test counts and first error for a code task (run in sandbox slot `slot`)."""
     start = time.perf_counter()
     if task.kind == "code":
-        raise NotImplementedError(
-            f"task '{task.task_id}' is a code task; sandboxed code evaluation is not built yet"
-        )
+        code = extract_code(response_text, task.entry_point or "")
+        verdict = run_tests(cfg, code, task.entry_point or "", task.tests or [], slot)
+        return {"reward": 1.0 if verdict["pass"] else 0.0, "pass": verdict["pass"],
+                "parsed": code, "eval_s": time.perf_counter() - start,
+                "tests_passed": verdict["tests_passed"], "tests_total": verdict["tests_total"],
+                "error": verdict["error"]}
     reference = (task.answer or "").strip()
     if _INT.fullmatch(reference):
         parsed = parse_answer(response_text)
@@ -51,3 +67,55 @@ def evaluate_response(response_text: str, task: Task, timeout_sec: float) -> dic
         "parsed": parsed,
         "eval_s": time.perf_counter() - start,
     }
+
+
+class RewardPool:
+    """Scores responses off the caller's path.
+
+    Answer tasks take microseconds and are scored at once, in the caller (`submit` returns
+    the result); code tasks go to `cfg.workers` threads (the sandbox is a subprocess, so
+    threads overlap), each thread with its own sandbox slot (its own unprivileged uid), and
+    their results reach `done(key, result)`, called from that thread.
+    """
+
+    def __init__(self, cfg: RewardConfig,
+                 done: Callable[[Any, dict[str, Any]], None] | None = None):
+        self.cfg, self.done = cfg, done
+        slots = itertools.count()
+        self._slot = threading.local()
+
+        def name_slot() -> None:
+            self._slot.index = next(slots)
+
+        self._pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix="reward",
+                                        initializer=name_slot)
+        self._lock = threading.Lock()
+        self.pending = 0
+
+    def submit(self, key: Any, response_text: str, task: Task) -> dict[str, Any] | None:
+        """Score a response: the result now (answer tasks), or None and `done` later."""
+        if task.kind != "code":
+            return evaluate_response(response_text, task, self.cfg)
+        with self._lock:
+            self.pending += 1
+        self._pool.submit(self._score, key, response_text, task)
+        return None
+
+    def _score(self, key: Any, response_text: str, task: Task) -> None:
+        try:
+            result = evaluate_response(response_text, task, self.cfg, self._slot.index)
+        except Exception as e:  # noqa: BLE001 - a harness failure scores 0, and says why
+            result = {"reward": 0.0, "pass": False, "parsed": None, "eval_s": 0.0,
+                      "error": f"harness: {type(e).__name__}: {e}"}
+        with self._lock:
+            self.pending -= 1
+        if self.done is not None:
+            self.done(key, result)
+
+    def map(self, items: Iterable[tuple[str, Task]]) -> list[dict[str, Any]]:
+        """Score (response, task) pairs concurrently and return the results in order."""
+        return list(self._pool.map(
+            lambda item: evaluate_response(*item, self.cfg, self._slot.index), items))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -3,6 +3,12 @@
 A suite has two disjoint splits, `train` and `heldout`. `arith` generates its problems
 deterministically from a seed; `jsonl` reads a user's files (one JSON object a line),
 checks each line against a schema and reports bad lines by number.
+
+A jsonl line is an answer task (`prompt`, `answer`) or a code task (`prompt`, `entry_point`,
+`tests`): each test is a one-line assertion on the entry point, e.g.
+`"assert clamp(5, 0, 3) == 3"`, or an input/output pair `{"args": [5, 0, 3], "expected": 3}`.
+Arguments must be Python literals (the sandbox passes them as such). The shipped code tasks
+are `rlcore/data/code/{train,heldout}.jsonl`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ class Task:
     task_id: str
     prompt: str
     answer: str | None = None
-    # Code tasks (sandboxed evaluation arrives with the code-task issue) carry tests instead.
+    # Code tasks carry assertion tests on `entry_point` instead (rlcore.sandbox runs them).
     tests: list[str] | None = None
     entry_point: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -48,6 +54,14 @@ class TaskFileError(ConfigError):
 
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_WORDS = {"+": "plus", "-": "minus", "*": "times"}
+
+
+def arith_prompt(a: int, op: str, b: int, form: str) -> str:
+    """'3+4=' or, for instruct models, 'What is 3 plus 4? Answer with a single number.'"""
+    if form == "words":
+        return f"What is {a} {_WORDS[op]} {b}? Answer with a single number."
+    return f"{a}{op}{b}="
 
 
 class ArithSuite:
@@ -70,7 +84,8 @@ class ArithSuite:
             )
         random.Random(cfg.split_seed).shuffle(problems)
         tasks = [
-            Task(task_id=f"{a}{op}{b}", prompt=f"{a}{op}{b}=", answer=str(_OPS[op](a, b)))
+            Task(task_id=f"{a}{op}{b}", prompt=arith_prompt(a, op, b, cfg.arith_form),
+                 answer=str(_OPS[op](a, b)))
             for a, op, b in problems
         ]
         self._splits = {"heldout": tasks[: cfg.heldout_size], "train": tasks[cfg.heldout_size :]}
@@ -85,7 +100,21 @@ TASK_LINE_SCHEMA: dict[str, Any] = {
         "id": {"type": ["string", "integer"]},
         "prompt": {"type": "string", "minLength": 1},
         "answer": {"type": ["string", "number"]},
-        "tests": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "tests": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {
+                        "type": "object",
+                        "properties": {"args": {"type": "array"}, "expected": {}},
+                        "required": ["args", "expected"],
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+        },
         "entry_point": {"type": "string", "minLength": 1},
         "meta": {"type": "object"},
     },
@@ -93,6 +122,12 @@ TASK_LINE_SCHEMA: dict[str, Any] = {
     "oneOf": [{"required": ["answer"]}, {"required": ["tests"]}],
     "additionalProperties": False,
 }
+
+
+def io_assertion(entry_point: str, pair: dict[str, Any]) -> str:
+    """An input/output test as the assertion it stands for."""
+    args = ", ".join(repr(a) for a in pair["args"])
+    return f"assert {entry_point}({args}) == {pair['expected']!r}"
 
 
 def read_task_file(path: str | Path) -> list[Task]:
@@ -124,12 +159,19 @@ def read_task_file(path: str | Path) -> list[Task]:
             raise TaskFileError(f"{p}:{lineno}: duplicate task id '{task_id}'")
         seen.add(task_id)
         answer = row.get("answer")
+        tests = row.get("tests")
+        if tests is not None:
+            if "entry_point" not in row:
+                raise TaskFileError(f"{p}:{lineno}: a code task (one with 'tests') needs "
+                                    "'entry_point', the name of the function to test")
+            tests = [t if isinstance(t, str) else io_assertion(row["entry_point"], t)
+                     for t in tests]
         tasks.append(
             Task(
                 task_id=task_id,
                 prompt=row["prompt"],
                 answer=None if answer is None else str(answer),
-                tests=row.get("tests"),
+                tests=tests,
                 entry_point=row.get("entry_point"),
                 meta=row.get("meta", {}),
             )

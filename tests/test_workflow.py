@@ -258,7 +258,9 @@ def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path
     (lambda d: d["grid"].update(seeds=[]), "seeds"),
     (lambda d: d.update(mode_setings={}), "'mode_setings' was unexpected"),
     (lambda d: d["run"]["train"].update(updatez=3), "updatez"),
-], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key"])
+    (lambda d: d.update(build_base=False), "is not a Hugging Face model directory"),
+], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
+        "missing-model"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str):
     data = small_pipeline_config()

@@ -20,14 +20,17 @@ from rlcore.backend import Generation, HFPolicy, TrainBatch, check_model_dir
 from rlcore.config import RunConfig
 from rlcore.objectives import compute_advantages
 from rlcore.records import RunRecorder, environment_info
-from rlcore.reward import evaluate_response
+from rlcore.sandbox import detect_isolation
 from rlcore.tasks import Task, load_suite
 
 
 def preflight(cfg: RunConfig) -> list[Task]:
     """Check what a run reads before anything is written; returns the training tasks."""
     check_model_dir(cfg.model.path)
-    return load_suite(cfg.task).split("train")
+    tasks = load_suite(cfg.task).split("train")
+    if any(t.kind == "code" for t in tasks):
+        detect_isolation(cfg.reward)  # no usable sandbox: fail now, not at the first reward
+    return tasks
 
 
 def set_threads(cfg: RunConfig) -> None:
@@ -65,12 +68,6 @@ class PromptStream:
         return [next(self._prompts) for _ in range(n)]
 
 
-def score(policy: HFPolicy, gen: Generation, task: Task, cfg: RunConfig) -> dict[str, Any]:
-    """Decode and reward one generation."""
-    text = policy.decode_response(gen.response_ids)
-    return {"response": text, **evaluate_response(text, task, cfg.reward.timeout_sec)}
-
-
 def sample_row(sample_id: int, prompt: Prompt, gen: Generation, scored: dict[str, Any],
                current_version: int, status: str, t_emit: float, **extra: Any
                ) -> dict[str, Any]:
@@ -94,6 +91,8 @@ def sample_row(sample_id: int, prompt: Prompt, gen: Generation, scored: dict[str
         "response_tokens": len(gen.response_ids),
         "finished": gen.finished,
         "logprob_sum": sum(gen.logprobs),
+        # code tasks: how many tests passed, and the first failure (None when all passed)
+        **{k: scored[k] for k in ("tests_passed", "error") if k in scored},
         **extra,
         "t_emit": t_emit,
     }
@@ -249,6 +248,8 @@ def finish_run(rec: RunRecorder, policy: HFPolicy, cfg: RunConfig, summary: dict
         "base_model": _read_json(base_info) if base_info.is_file() else None,
         **extra_config,
     }
+    if any("tests_passed" in s for s in samples):  # code was run: say what isolated it
+        config_json["sandbox"] = detect_isolation(cfg.reward).describe()
     rec.finalize(summary, {"staleness.json": staleness_stats(samples, token_staleness),
                            "config.json": config_json},
                  dirs=("policy",) if cfg.runtime.save_policy else ())

@@ -16,6 +16,7 @@ import torch
 from rlcore.backend import HFPolicy
 from rlcore.config import RunConfig
 from rlcore.records import RunRecorder
+from rlcore.reward import RewardPool
 from rlcore.runners.common import (
     Progress,
     PromptStream,
@@ -23,7 +24,6 @@ from rlcore.runners.common import (
     finish_run,
     preflight,
     sample_row,
-    score,
     set_threads,
     train_batch,
     update_row,
@@ -35,13 +35,16 @@ def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict
     """Run the synchronous loop for cfg.train.updates updates; returns the summary."""
     train_tasks = preflight(cfg)
     rec = RunRecorder(out_dir, force=force)
+    rewards = RewardPool(cfg.reward)
     try:
-        return _run(cfg, rec, train_tasks)
+        return _run(cfg, rec, train_tasks, rewards)
     finally:
+        rewards.close()
         rec.close()
 
 
-def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task]) -> dict[str, Any]:
+def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task], rewards: RewardPool
+         ) -> dict[str, Any]:
     set_threads(cfg)
     torch.manual_seed(cfg.seed)
     t_load = time.perf_counter()
@@ -72,8 +75,10 @@ def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task]) -> dict[str,
         t1 = rec.now()
         rec.event("span", worker="rollout", start=t0, end=t1)
         rows = []
-        for p, g in zip(prompts, gens, strict=True):
-            row = sample_row(len(samples), p, g, score(policy, g, p.task, cfg), version,
+        texts = [policy.decode_response(g.response_ids) for g in gens]
+        results = rewards.map(zip(texts, [p.task for p in prompts], strict=True))
+        for p, g, text, result in zip(prompts, gens, texts, results, strict=True):
+            row = sample_row(len(samples), p, g, {"response": text, **result}, version,
                              "accepted", t_emit=t1)
             samples.append(row)
             rows.append(row)

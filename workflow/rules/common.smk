@@ -130,6 +130,20 @@ def check_figure_settings():
 
 check_figure_settings()
 
+
+def check_model_path():
+    """A given model (build_base: false) must be there before any job starts."""
+    if not config["build_base"] and not Path(model_path(), "config.json").is_file():
+        raise ValueError(
+            f"run.model.path '{model_path()}' is not a Hugging Face model directory (no "
+            "config.json). With build_base: false the pipeline uses that directory as it "
+            "is: copy the model there (README, the paper's setup), or set build_base: true "
+            "for the embedded tiny model."
+        )
+
+
+check_model_path()
+
 FIGURES = (
     "pass_rate",
     "time_to_threshold",

@@ -27,11 +27,12 @@ from typing import Any
 from rlcore.backend import Generation
 from rlcore.config import RunConfig
 from rlcore.records import RunRecorder
-from rlcore.reward import evaluate_response
+from rlcore.reward import RewardPool
 from rlcore.runners.areal.protocol import (
     Event,
     InterruptedMsg,
     PromptSlot,
+    RewardsReady,
     RolloutBatch,
     SampleMsg,
     TrainRequest,
@@ -140,6 +141,8 @@ class Controller:
         self.reload_times: list[float] = []  # rollout weight reloads, seconds each
         self.t_done: float | None = None
         self.progress = Progress(cfg)
+        self.rewards = RewardPool(cfg.reward, done=self._scored_elsewhere)
+        self.scored: deque[tuple[SampleMsg, dict[str, Any]]] = deque()
         self.trained_tokens = 0
         self._last_pump = time.monotonic()
         self._blocked: set[str] = set()
@@ -172,6 +175,9 @@ class Controller:
                 self.on_sample(m)
             for m in msg.interrupted:
                 self.on_interrupted(m)
+        elif isinstance(msg, RewardsReady):
+            while self.scored:
+                self.on_scored(*self.scored.popleft())
         elif isinstance(msg, UpdateDone):
             self.on_update(msg)
         elif isinstance(msg, Event):
@@ -205,13 +211,24 @@ class Controller:
         }
 
     def on_sample(self, msg: SampleMsg) -> None:
+        """Score a sample: answer tasks at once, code tasks in the reward pool's threads
+        (until then the sample still counts as in flight)."""
+        result = self.rewards.submit(msg, msg.text, self.groups[msg.slot.group_id].prompt.task)
+        if result is not None:
+            self.on_scored(msg, result)
+
+    def _scored_elsewhere(self, msg: SampleMsg, result: dict[str, Any]) -> None:
+        """Called by a reward-pool thread: queue the result and wake the controller's loop."""
+        self.scored.append((msg, result))
+        self.ch.inbox.put(RewardsReady())
+
+    def on_scored(self, msg: SampleMsg, result: dict[str, Any]) -> None:
         self.in_flight -= 1
         self.generated += 1
         group = self.groups[msg.slot.group_id]
         gen = Generation(msg.prompt_ids, msg.response_ids, msg.logprobs, msg.versions,
                          msg.finished)
-        scored = {"response": msg.text,
-                  **evaluate_response(msg.text, group.prompt.task, self.cfg.reward.timeout_sec)}
+        scored = {"response": msg.text, **result}
         version = self.version()
         row = sample_row(self.next_sample, group.prompt, gen, scored, version, "accepted",
                          t_emit=self.rec.since_start(msg.t_emit), attempt=msg.slot.attempt,
@@ -415,6 +432,9 @@ class Controller:
 
     def flush_buffer(self) -> None:
         """At the end: accepted samples never trained are recorded as such."""
+        self.rewards.close()  # lets the evaluations under way finish (each within its timeout)
+        while self.scored:
+            self.on_scored(*self.scored.popleft())
         for group in list(self.ready) + [g.accepted for g in self.groups.values()]:
             for item in group:
                 item.row["batch_id"] = None

@@ -119,6 +119,11 @@ class Event:
 
 
 @dataclass
+class RewardsReady:
+    """Wakes the controller: the reward pool finished scoring some samples."""
+
+
+@dataclass
 class Ready:
     """A worker has loaded its model (the ready barrier)."""
 
