@@ -22,6 +22,10 @@ CFG = RewardConfig(timeout_sec=1.0)
 NAMESPACES = detect_isolation(CFG).method == "namespaces"
 needs_namespaces = pytest.mark.skipif(
     not NAMESPACES, reason="needs root and util-linux unshare/setpriv (namespaces)")
+# Without another uid, hostile code runs as this user: never run it then (kill -1 ...).
+OTHER_UID = detect_isolation(CFG).unprivileged_uid
+# What only the namespaces contain (the fallback shares network, /tmp and the process space).
+ONLY_WITH_NAMESPACES = {"network_socket", "write_outside", "outlive_the_timeout"}
 DOUBLE = Task(task_id="double", prompt="Write double(x).", entry_point="double",
               tests=["assert double(2) == 4", "assert double(-3) == -6"])
 RIGHT = "def double(x):\n    return 2 * x\n"
@@ -178,8 +182,11 @@ def test_correct_and_wrong_solutions():
     assert wrong["pass"] is False and wrong["tests_passed"] == 1 and wrong["reward"] == 0.0
 
 
+@pytest.mark.skipif(not OTHER_UID, reason="hostile code may only run as another uid (root)")
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_response_is_contained(name: str, listener, monkeypatch):
+    if name in ONLY_WITH_NAMESPACES and not NAMESPACES:
+        pytest.skip("contained only with namespaces, which this machine does not offer")
     port, seen = listener
     monkeypatch.setenv("RLCORE_SECRET", SECRET)
     code = HOSTILE[name].replace("PORT_NUMBER", str(port))
@@ -212,6 +219,7 @@ def test_fallback_without_namespaces_still_contains(name: str):
     assert evaluate_response(RIGHT, DOUBLE, FALLBACK)["pass"] is True
 
 
+@pytest.mark.skipif(not OTHER_UID, reason="hostile code may only run as another uid (root)")
 def test_environment_is_not_visible(monkeypatch):
     monkeypatch.setenv("RLCORE_SECRET", SECRET)
     with Session(detect_isolation(CFG), CFG, HOSTILE["read_environment"], "double", 0) as s:
