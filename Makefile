@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,pipeline]'
+	$(BIN)/python -m pip install -q -e '.[test,pipeline,slurm]'
 	touch $(STAMP)
 
 run: setup
