@@ -195,7 +195,7 @@ class RewardConfig:
     sandbox_file_size_kb: int = _f(1024, "Code tasks: largest file it may write.", minimum=0)
     sandbox_open_files: int = _f(32, "Code tasks: open file descriptors.", minimum=8)
     sandbox_output_kb: int = _f(
-        64, "Code tasks: stdout+stderr kept; a response printing more is cut off.", minimum=1
+        64, "Code tasks: stdout+stderr read; a response printing more is cut off.", minimum=1
     )
 
 

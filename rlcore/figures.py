@@ -68,11 +68,14 @@ def run_key(run_dir: Path) -> tuple[str, int, str]:
     return s["mode"], s["staleness_k"], s["objective"]
 
 
-def group_runs(run_dirs: Iterable[Path]) -> dict[tuple[str, int, str], list[Path]]:
-    """Run directories by configuration, in figure order."""
-    groups: dict[tuple[str, int, str], list[Path]] = {}
-    for d in run_dirs:
-        groups.setdefault(run_key(Path(d)), []).append(Path(d))
+Row = dict[str, Any]  # one run's figures, as `rlcore.analysis.run_row` gives them
+
+
+def group_rows(rows: Iterable[Row]) -> dict[tuple[str, int, str], list[Row]]:
+    """Runs by configuration (mode, K, objective), in figure order."""
+    groups: dict[tuple[str, int, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["staleness_k"], r["objective"]), []).append(r)
     return {k: groups[k] for k in sorted(groups, key=config_order)}
 
 
@@ -157,25 +160,25 @@ def _objective_axes(objectives: Sequence[str], height: float = 3.6, sharey: bool
     return fig, axes[0]
 
 
-def _objectives(groups: dict[tuple[str, int, str], list[Path]]) -> list[str]:
+def _objectives(groups: dict[tuple[str, int, str], list[Row]]) -> list[str]:
     return sorted({o for _, _, o in groups})
 
 
-def _mode_ks(groups: dict[tuple[str, int, str], list[Path]]) -> dict[str, list[int]]:
+def _mode_ks(groups: dict[tuple[str, int, str], list[Row]]) -> dict[str, list[int]]:
     ks: dict[str, set[int]] = {}
     for mode, k, _ in groups:
         ks.setdefault(mode, set()).add(k)
     return {m: sorted(v) for m, v in ks.items()}
 
 
-def draw_pass_rate(run_dirs: Iterable[Path], png: str | Path, svg: str | Path) -> None:
+def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Paper Figure 2: training pass rate against policy updates, per configuration."""
-    groups = group_runs(run_dirs)
+    groups = group_rows(rows)
     objectives, mode_ks = _objectives(groups), _mode_ks(groups)
     fig, axes = _objective_axes(objectives, height=4.0)
     threshold = None
-    for (mode, k, objective), dirs in groups.items():
-        curves = [pass_rate_curve(d) for d in dirs]
+    for (mode, k, objective), members in groups.items():
+        curves = [pass_rate_curve(Path(r["run_dir"])) for r in members]
         threshold = curves[0][1]
         mean, _ = mean_curve([c for c, _ in curves])
         ax = axes[objectives.index(objective)]
@@ -197,15 +200,12 @@ def draw_pass_rate(run_dirs: Iterable[Path], png: str | Path, svg: str | Path) -
     save(fig, png, svg)
 
 
-def _bar_chart(rows: Sequence[dict[str, Any]], metric: str, ylabel: str,
+def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                png: str | Path, svg: str | Path, missing_note: str | None = None) -> None:
     """Bars of a metric per (mode, K), one bar per objective, mean ± 95% CI, seeds as dots."""
-    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["mode"], r["staleness_k"], r["objective"]), []).append(r)
-    keys = sorted(groups, key=config_order)
-    configs = list(dict.fromkeys((m, k) for m, k, _ in keys))
-    objectives = sorted({o for _, _, o in keys})
+    groups = group_rows(rows)
+    configs = list(dict.fromkeys((m, k) for m, k, _ in groups))
+    objectives = _objectives(groups)
     width = 0.8 / len(objectives)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(configs) + 2), 4.0),
                            layout="constrained")
@@ -235,7 +235,7 @@ def _bar_chart(rows: Sequence[dict[str, Any]], metric: str, ylabel: str,
     save(fig, png, svg)
 
 
-def draw_time_to_threshold(rows: Sequence[dict[str, Any]], png: str | Path,
+def draw_time_to_threshold(rows: Sequence[Row], png: str | Path,
                            svg: str | Path) -> None:
     """Paper Figure 3: wall-clock seconds until the trailing pass rate reaches the threshold."""
     thresholds = {r["threshold"] for r in rows}
@@ -245,24 +245,22 @@ def draw_time_to_threshold(rows: Sequence[dict[str, Any]], png: str | Path,
                missing_note="reached")
 
 
-def draw_reward_per_1k(rows: Sequence[dict[str, Any]], png: str | Path,
+def draw_reward_per_1k(rows: Sequence[Row], png: str | Path,
                        svg: str | Path) -> None:
     """Paper Figure 4: total reward per 1,000 generated tokens (sample efficiency)."""
     _bar_chart(rows, "reward_per_1k_tokens", "reward per 1k generated tokens", png, svg)
 
 
-def draw_quality_throughput(rows: Sequence[dict[str, Any]], png: str | Path,
+def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                             svg: str | Path) -> None:
     """Held-out pass rate against accepted samples/s for every K: the staleness trade-off."""
-    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["mode"], r["staleness_k"], r["objective"]), []).append(r)
-    objectives = sorted({o for _, _, o in groups})
+    groups = group_rows(rows)  # in K order within each mode
+    objectives = _objectives(groups)
     fig, axes = _objective_axes(objectives, height=4.0)
     for objective, ax in zip(objectives, axes, strict=True):
         for mode in MODES:
             points = []
-            for (m, k, o), members in sorted(groups.items(), key=lambda g: g[0][1]):
+            for (m, k, o), members in groups.items():
                 if m != mode or o != objective:
                     continue
                 x, xe = mean_ci95([r["accepted_samples_per_s"] for r in members])
@@ -288,14 +286,14 @@ def draw_quality_throughput(rows: Sequence[dict[str, Any]], png: str | Path,
     save(fig, png, svg)
 
 
-def draw_staleness(run_dirs: Iterable[Path], png: str | Path, svg: str | Path) -> None:
+def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Staleness of accepted and stale-dropped samples, one panel per async (mode, K)."""
     by_config: dict[tuple[str, int], list[Path]] = {}
-    for (mode, k, _), dirs in group_runs(run_dirs).items():
+    for (mode, k, _), members in group_rows(rows).items():
         if mode != "sync":
-            by_config.setdefault((mode, k), []).extend(dirs)
+            by_config.setdefault((mode, k), []).extend(Path(r["run_dir"]) for r in members)
     if not by_config:
-        by_config = {("sync", 0): list(run_dirs)}
+        by_config = {("sync", 0): [Path(r["run_dir"]) for r in rows]}
     configs = list(by_config)
     cols = min(4, len(configs))
     rows = -(-len(configs) // cols)

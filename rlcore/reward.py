@@ -89,15 +89,11 @@ class RewardPool:
 
         self._pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix="reward",
                                         initializer=name_slot)
-        self._lock = threading.Lock()
-        self.pending = 0
 
     def submit(self, key: Any, response_text: str, task: Task) -> dict[str, Any] | None:
         """Score a response: the result now (answer tasks), or None and `done` later."""
         if task.kind != "code":
             return evaluate_response(response_text, task, self.cfg)
-        with self._lock:
-            self.pending += 1
         self._pool.submit(self._score, key, response_text, task)
         return None
 
@@ -107,8 +103,6 @@ class RewardPool:
         except Exception as e:  # noqa: BLE001 - a harness failure scores 0, and says why
             result = {"reward": 0.0, "pass": False, "parsed": None, "eval_s": 0.0,
                       "error": f"harness: {type(e).__name__}: {e}"}
-        with self._lock:
-            self.pending -= 1
         if self.done is not None:
             self.done(key, result)
 

@@ -8,14 +8,13 @@ from rlcore.analysis import run_row
 
 
 def grid_figures(smk):
-    run_dirs = [Path(p).parent for p in smk.input.summaries]
-    rows = [run_row(d) for d in run_dirs]
+    rows = [run_row(Path(p).parent) for p in smk.input.summaries]
     out = smk.output
-    figures.draw_pass_rate(run_dirs, out.pass_rate, out.pass_rate_svg)
+    figures.draw_pass_rate(rows, out.pass_rate, out.pass_rate_svg)
     figures.draw_time_to_threshold(rows, out.time_to_threshold, out.time_to_threshold_svg)
     figures.draw_reward_per_1k(rows, out.reward_per_1k, out.reward_per_1k_svg)
     figures.draw_quality_throughput(rows, out.quality_throughput, out.quality_throughput_svg)
-    figures.draw_staleness(run_dirs, out.staleness, out.staleness_svg)
+    figures.draw_staleness(rows, out.staleness, out.staleness_svg)
 
 
 def trace_figures(smk):
