@@ -183,3 +183,52 @@ def test_rollout_train_ratio_holds_generation_to_beta(tiny_model_dir: Path, tmp_
     # the rollout may run at most two batches ahead of beta * B per update
     assert summary["samples"]["generated"] <= beta * b * (n + 2)
     assert set(summary["async"]["waits"]) >= {"rollout_ratio_s", "trainer_ratio_s"}
+
+
+class RecordingQueue:
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+
+
+def test_controller_dispatches_a_pump_as_one_message(cfg: RunConfig, tmp_path: Path):
+    """A rollout worker takes whatever is queued when it wakes: prompts sent group by group
+    would let it start on one group, at nearly the cost of a whole batch."""
+    import multiprocessing
+    from types import SimpleNamespace
+
+    from rlcore.records import RunRecorder
+    from rlcore.runners.areal.controller import Controller
+    from rlcore.runners.common import preflight
+
+    channels = SimpleNamespace(prompt_q=RecordingQueue(), inbox=RecordingQueue(),
+                               trainer_qs=[RecordingQueue()],
+                               counters=multiprocessing.Array("q", 2))
+    rec = RunRecorder(tmp_path / "run")
+    controller = Controller(cfg, preflight(cfg), rec, channels, n_trainers=1)
+    try:
+        controller.pump()
+    finally:
+        controller.rewards.close()
+        rec.close()
+    b, g = cfg.train.update_batch_size, cfg.rollout.group_size
+    (message,) = channels.prompt_q.items
+    assert len(message) == 2 * b  # the batch being generated and the next
+    assert [s.group_id for s in message] == [i // g for i in range(2 * b)]
+
+
+def test_parameter_service_reports_each_verdict_with_the_trainers_stats():
+    from rlcore.runners.areal.param_service import verdict
+    from rlcore.runners.areal.protocol import CommitAck, CommitRequest
+
+    req = CommitRequest(trainer=1, batch_id=7, slot=2, base_version=3, finite=True,
+                        stats={"loss": 0.5}, t_sent=10.0)
+    done = verdict(req, CommitAck(True, 4, next_slot=0, t=10.25))
+    assert (done.trainer, done.batch_id, done.applied, done.version, done.base_version) \
+        == (1, 7, True, 4, 3)
+    assert done.stats == {"loss": 0.5, "time/commit_latency_s": 0.25}
+    assert done.t_commit == 10.25
+    skipped = verdict(req, CommitAck(False, 5, next_slot=2, t=11.0, reason="stale base"))
+    assert not skipped.applied and skipped.reason == "stale base"

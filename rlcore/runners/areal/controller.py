@@ -343,18 +343,23 @@ class Controller:
             self.resubmit.clear()
         target = 2 * self.batch_size  # keep rollout fed: the batch being generated and the next
         g = self.cfg.rollout.group_size
-        while self.in_flight < target:
-            if self.throttle and self.manager.capacity(self.version()) <= 0:
+        slots: list[PromptSlot] = []
+        while self.in_flight + len(slots) < target:
+            if self.throttle and self.manager.capacity(self.version()) <= len(slots):
                 self._blocked.add("rollout_throttle_s")
-                return
-            if self.ratio is not None and self._rollout_ahead_of_ratio(g):
+                break
+            if self.ratio is not None and self._rollout_ahead_of_ratio(len(slots) + g):
                 self._blocked.add("rollout_ratio_s")
-                return
+                break
             prompt = self.stream.take(1)[0]
             self.groups[prompt.group_id] = Group(prompt, unresolved=g)
-            self._put([PromptSlot(self.next_slot + i, prompt.group_id, prompt.task.prompt)
-                       for i in range(g)])
+            slots += [PromptSlot(self.next_slot + i, prompt.group_id, prompt.task.prompt)
+                      for i in range(g)]
             self.next_slot += g
+        # One message per pump: a rollout worker woken by the first of several group messages
+        # would start generating a fraction of a batch, at nearly the cost of a whole one.
+        if slots:
+            self._put(slots)
 
     def _put(self, slots: list[PromptSlot]) -> None:
         self.ch.prompt_q.put(slots)

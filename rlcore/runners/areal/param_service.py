@@ -22,7 +22,14 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from rlcore.runners.areal.protocol import CommitAck, CommitRequest, Event, Ready, Stopped
+from rlcore.runners.areal.protocol import (
+    CommitAck,
+    CommitRequest,
+    Event,
+    Ready,
+    Stopped,
+    UpdateDone,
+)
 
 ParamSpec = list[tuple[str, tuple[int, ...], torch.dtype]]
 
@@ -132,6 +139,18 @@ class ParamService:
         return CommitAck(False, version, next_slot=req.slot, t=time.monotonic(), reason=reason)
 
 
+def verdict(req: CommitRequest, ack: CommitAck) -> UpdateDone:
+    """The controller's report of a decided commit.
+
+    Sent by the service, not the trainer: a trainer that pipelines its next update reads the
+    verdict only after computing it, and a controller told that late would hold rollout back
+    (the throttle counts versions) for a whole update.
+    """
+    stats = {**req.stats, "time/commit_latency_s": max(0.0, ack.t - req.t_sent)}
+    return UpdateDone(req.trainer, req.batch_id, ack.applied, ack.version, req.base_version,
+                      ack.reason, stats, ack.t)
+
+
 def param_service_main(ctx: Any) -> None:
     """Process entry: load the initial weights into slot 0, then serve commits until None."""
     from rlcore.backend import check_model_dir, load_model
@@ -150,6 +169,7 @@ def param_service_main(ctx: Any) -> None:
         t0 = time.monotonic()
         ack = service.commit(req)
         ctx.ack_qs[req.trainer].put(ack)
+        ctx.inbox.put(verdict(req, ack))
         t1 = time.monotonic()
         if ack.applied:
             ctx.inbox.put(Event("version_change", t1, {

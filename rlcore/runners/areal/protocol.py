@@ -75,13 +75,16 @@ class TrainRequest:
 
 @dataclass(frozen=True)
 class CommitRequest:
-    """A candidate state written into `slot` (trainer -> parameter service)."""
+    """A candidate state written into `slot` (trainer -> parameter service), with the update's
+    statistics, which the service passes on to the controller with its verdict."""
 
     trainer: int
     batch_id: int
     slot: int
     base_version: int
     finite: bool
+    stats: dict[str, float] = field(default_factory=dict)
+    t_sent: float = 0.0  # time.monotonic() when the trainer sent it
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ class CommitAck:
 
 @dataclass
 class UpdateDone:
-    """An update attempt finished, applied or skipped (trainer -> controller)."""
+    """An update attempt finished, applied or skipped (-> controller): from the parameter
+    service for every commit it decides, from the trainer for an update it never proposed."""
 
     trainer: int
     batch_id: int

@@ -8,7 +8,8 @@ state and its candidate is discarded.
 The commit round trip is pipelined: when the next batch is already queued, the trainer starts
 computing it from its own candidate (which the service will almost always apply) and collects
 the verdict before writing the next candidate. If the verdict was a skip, the update computed
-on the rejected candidate is discarded too and reported as skipped.
+on the rejected candidate is discarded too and reported as skipped. The controller hears of a
+commit from the parameter service at once, not from the trainer one update later.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import math
 import queue
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from rlcore.backend import HFPolicy
@@ -31,17 +31,6 @@ from rlcore.runners.areal.protocol import (
 )
 
 
-@dataclass
-class InFlight:
-    """A commit sent to the parameter service whose verdict has not been read yet."""
-
-    req: TrainRequest
-    base_version: int
-    stats: dict[str, float]
-    t_start: float
-    t_sent: float
-
-
 class Trainer:
     """One trainer role: its policy, its staging slot and its pending commit."""
 
@@ -51,7 +40,7 @@ class Trainer:
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
         self.version = ctx.slots.read_into(self.params)  # the version self.params hold
         self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
-        self.pending: InFlight | None = None
+        self.pending: float | None = None  # start time of the update awaiting its verdict
 
     def run(self) -> None:
         ctx = self.ctx
@@ -74,48 +63,49 @@ class Trainer:
         if self.version - oldest > self.cfg.staleness.staleness_k:
             # Only reachable with several trainers, when others committed past the base the
             # controller planned for: training would break the staleness bound, so refuse.
-            self.report(req, False, self.version, f"staleness {self.version - oldest} > K at "
-                        "the trainer", {}, t_start, time.monotonic())
+            self.refuse(req, f"staleness {self.version - oldest} > K at the trainer", {}, t_start)
             return
         stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
                                    current_version=self.version)
         if self.pending is not None and not self.settle():
             # computed on a rejected candidate (or no verdict came): discard it as well
-            self.report(req, False, self.version, "its base candidate was not committed",
-                        stats, t_start, time.monotonic())
+            self.refuse(req, "its base candidate was not committed", stats, t_start)
             return
         t_write = time.monotonic()
         self.ctx.slots.write(self.slot, self.params)
         stats["time/weight_write_s"] = time.monotonic() - t_write
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
-                                            self.version, finite))
-        self.pending = InFlight(req, self.version, stats, t_start, time.monotonic())
+                                            self.version, finite, stats, time.monotonic()))
+        self.pending = t_start
         self.version += 1  # what self.params will be once the service applies the candidate
 
     def settle(self) -> bool | None:
-        """Read the verdict on the pending commit and report it: applied or skipped, or None
-        if no verdict came (the parameter service is gone)."""
-        p = self.pending
-        assert p is not None
+        """Read the verdict on the pending commit (the service reports it to the controller):
+        applied or skipped, or None if no verdict came (the parameter service is gone)."""
+        t_start = self.pending
+        assert t_start is not None
         ack = _wait_ack(self.ctx)
         self.pending = None
         if ack is None:
             return None
         self.slot = ack.next_slot
-        p.stats["time/commit_latency_s"] = max(0.0, ack.t - p.t_sent)
         if not ack.applied:
             self.version = self.ctx.slots.read_into(self.params)
-        self.report(p.req, ack.applied, p.base_version, ack.reason, p.stats, p.t_start, ack.t)
+        self.span(t_start, ack.t)
         return ack.applied
 
-    def report(self, req: TrainRequest, applied: bool, base_version: int, reason: str,
-               stats: dict[str, float], t_start: float, t_commit: float) -> None:
-        ctx = self.ctx
-        ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, applied, ctx.slots.version(),
-                                 base_version, reason, stats, t_commit))
-        ctx.inbox.put(Event("span", t_commit, {"worker": ctx.name, "role": "trainer",
-                                               "start": t_start, "end": t_commit}))
+    def refuse(self, req: TrainRequest, reason: str, stats: dict[str, float],
+               t_start: float) -> None:
+        """Report an update this trainer will not propose to the parameter service."""
+        ctx, t_end = self.ctx, time.monotonic()
+        ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
+                                 self.version, reason, stats, t_end))
+        self.span(t_start, t_end)
+
+    def span(self, start: float, end: float) -> None:
+        self.ctx.inbox.put(Event("span", end, {"worker": self.ctx.name, "role": "trainer",
+                                               "start": start, "end": end}))
 
 
 def trainer_main(ctx: Any) -> None:
