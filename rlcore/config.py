@@ -226,6 +226,12 @@ class RuntimeConfig:
         10, "Print a progress line every this many updates; 0 silences it.", minimum=0
     )
     save_policy: bool = _f(True, "Save the final policy in the run directory (for eval).")
+    pin_cpus: bool = _f(
+        True,
+        "areal/async, roles on CPU: give each rollout worker and each trainer its own "
+        "threads_per_role cores of those this process may use (controller and parameter "
+        "service float); skipped when there are too few cores.",
+    )
     rollout_workers: int = _f(1, "areal/async: rollout workers.", minimum=1)
     trainer_workers: int = _f(
         1, "areal/async: trainer workers (commits from a stale base are skipped).", minimum=1

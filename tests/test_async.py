@@ -7,6 +7,7 @@ differs), so the full grid runs threaded and a cross-section runs as real proces
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rlcore.config import RunConfig, config_from_dict
 from rlcore.records import validate_summary
 from rlcore.runners import run_mode
 from rlcore.runners.areal.controller import StalenessManager
+from rlcore.runners.areal.runtime import plan_cpus
 from tests.conftest import small_config
 
 MAX_RETRIES = 1
@@ -124,6 +126,52 @@ def test_process_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, interr
     assert set(ready) == {"param_service", "rollout0", "trainer0"}
     assert len({e["pid"] for e in ready.values()}) == 3  # three separate processes
     assert summary["time"]["cold_start_s"] > 0
+    check_placement(summary, ready)
+
+
+def check_placement(summary: dict[str, Any], ready: dict[str, dict[str, Any]]) -> None:
+    """With two cores or more each heavy role runs on its own core, as the worker itself saw."""
+    placement = summary["async"]["placement"]
+    if len(os.sched_getaffinity(0)) < 2:
+        assert placement["cpus"] == {} and "allowed" in placement["unpinned_reason"]
+        return
+    assert placement["unpinned_reason"] == ""
+    assert ready["rollout0"]["cpus"] == placement["cpus"]["rollout0"]
+    assert ready["trainer0"]["cpus"] == placement["cpus"]["trainer0"]
+    assert len(ready["rollout0"]["cpus"]) == len(ready["trainer0"]["cpus"]) == 1
+    assert not set(ready["rollout0"]["cpus"]) & set(ready["trainer0"]["cpus"])
+    assert set(ready["param_service"]["cpus"]) == os.sched_getaffinity(0)  # it floats
+
+
+def test_threaded_roles_are_pinned_per_thread(tiny_model_dir: Path, tmp_path: Path):
+    cfg = async_config(tiny_model_dir, "async", 1, "continue", "both")
+    before = os.sched_getaffinity(0)
+    summary = run_mode(cfg, tmp_path / "run")
+    events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    check_placement(summary, {e["worker"]: e for e in events if e["type"] == "worker_ready"})
+    assert os.sched_getaffinity(0) == before  # the calling thread (the controller) is free
+
+
+def test_pin_cpus_false_leaves_every_role_free(tiny_model_dir: Path, tmp_path: Path):
+    data = async_config(tiny_model_dir, "async", 1, "continue", "both").to_dict()
+    data["runtime"]["pin_cpus"] = False
+    summary = run_mode(config_from_dict(data), tmp_path / "run")
+    assert summary["async"]["placement"] == {"cpus": {},
+                                             "unpinned_reason": "runtime.pin_cpus is false"}
+    events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    assert all(set(e["cpus"]) == os.sched_getaffinity(0)
+               for e in events if e["type"] == "worker_ready")
+
+
+class TestPlanCpus:
+    def test_each_role_gets_its_own_threads_cores_in_order(self):
+        plan, reason = plan_cpus({3, 1, 0, 2}, ["rollout0", "trainer0"], threads=2)
+        assert plan == {"rollout0": (0, 1), "trainer0": (2, 3)} and reason == ""
+
+    def test_too_few_cores_means_no_plan_and_says_why(self):
+        plan, reason = plan_cpus({0, 1}, ["rollout0", "rollout1", "trainer0"], threads=1)
+        assert plan == {}
+        assert reason == "3 roles x 1 threads need 3 cores, 2 allowed"
 
 
 def test_interruptions_happen_and_are_accounted(tiny_model_dir: Path, tmp_path: Path):

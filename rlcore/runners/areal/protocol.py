@@ -7,6 +7,7 @@ they move through the parameter service's shared slots.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,8 @@ class Ready:
     pid: int
     device: str
     load_s: float
+    # the cores the creating thread may run on, as the kernel reports them
+    cpus: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
 
 
 @dataclass

@@ -67,6 +67,7 @@ class WorkerContext:
     commit_q: Any = None
     ack_q: Any = None
     ack_qs: list[Any] | None = None
+    cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
 
     def pid(self) -> int:
         return os.getpid()
@@ -83,6 +84,17 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def plan_cpus(allowed: set[int], roles: list[str], threads: int
+              ) -> tuple[dict[str, tuple[int, ...]], str]:
+    """Disjoint sets of `threads` cores for each role, from the lowest allowed core up; or no
+    plan and the reason, when the allowed cores are too few."""
+    cores = sorted(allowed)
+    if len(cores) < len(roles) * threads:
+        return {}, (f"{len(roles)} roles x {threads} threads need {len(roles) * threads} cores, "
+                    f"{len(cores)} allowed")
+    return {r: tuple(cores[i * threads:(i + 1) * threads]) for i, r in enumerate(roles)}, ""
+
+
 def _run_role(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> bool:
     try:
         fn(ctx)
@@ -96,9 +108,17 @@ def _process_entry(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> N
     parent = multiprocessing.parent_process()
     if parent is not None:
         die_with_parent(parent.pid)
+    if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
+        os.sched_setaffinity(0, ctx.cpus)
     torch.set_num_threads(ctx.cfg.runtime.threads_per_role)
     if not _run_role(fn, ctx):
         sys.exit(1)
+
+
+def _thread_entry(fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> None:
+    if ctx.cpus is not None:  # on Linux the affinity of pid 0 is the calling thread's
+        os.sched_setaffinity(0, ctx.cpus)
+    _run_role(fn, ctx)
 
 
 class PipeQueue:
@@ -182,7 +202,7 @@ class Threads:
         return threading.Event()
 
     def start(self, name: str, fn: Callable[[WorkerContext], None], ctx: WorkerContext) -> None:
-        t = threading.Thread(target=_run_role, args=(fn, ctx), name=name, daemon=True)
+        t = threading.Thread(target=_thread_entry, args=(fn, ctx), name=name, daemon=True)
         t.start()
         self.handles[name] = t
 
@@ -213,23 +233,46 @@ class Runtime:
         # [prompt slots taken by rollout workers, rollout messages sent]: queue depths are
         # derived from these and the controller's own counts (a pipe has no qsize).
         self.counters = vehicle.mp.Array("q", 2)
+        self.cpus: dict[str, tuple[int, ...]] = {}  # set by launch()
+        self.unpinned_reason = ""
 
     def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
              ) -> WorkerContext:
         return WorkerContext(self.cfg, name, index, device, self.slots, self.inbox,
                              self.prompt_q, self.start_evt, self.stop_evt, self.counters, **kw)
 
+    def placement(self) -> tuple[dict[str, tuple[int, ...]], str]:
+        """Cores for each rollout worker and trainer, or none and why (`runtime.pin_cpus`).
+
+        Each of the two heavy roles owning its cores keeps them from sharing one core, or
+        migrating, while the other idles; the light controller and parameter service float.
+        """
+        m, rt = self.cfg.model, self.cfg.runtime
+        heavy = [*(f"rollout{i}" for i in range(self.n_rollout)),
+                 *(f"trainer{i}" for i in range(self.n_trainer))]
+        if not rt.pin_cpus:
+            return {}, "runtime.pin_cpus is false"
+        devices = {resolve_device(m.rollout_device, "rollout").type,
+                   resolve_device(m.trainer_device, "trainer").type}
+        if devices != {"cpu"}:
+            return {}, "a role runs on a GPU"
+        return plan_cpus(os.sched_getaffinity(0), heavy, rt.threads_per_role)
+
     def launch(self) -> None:
         m = self.cfg.model
+        self.cpus, self.unpinned_reason = self.placement()
         self.v.start("param_service", param_service_main, self._ctx(
             "param_service", 0, None, commit_q=self.commit_q, ack_qs=self.ack_qs))
         for i in range(self.n_rollout):
-            self.v.start(f"rollout{i}", rollout_main, self._ctx(
-                f"rollout{i}", i, resolve_device(m.rollout_device, "rollout")))
+            name = f"rollout{i}"
+            self.v.start(name, rollout_main, self._ctx(
+                name, i, resolve_device(m.rollout_device, "rollout"), cpus=self.cpus.get(name)))
         for i in range(self.n_trainer):
-            self.v.start(f"trainer{i}", trainer_main, self._ctx(
-                f"trainer{i}", i, resolve_device(m.trainer_device, "trainer"),
-                trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i]))
+            name = f"trainer{i}"
+            self.v.start(name, trainer_main, self._ctx(
+                name, i, resolve_device(m.trainer_device, "trainer"),
+                trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
+                cpus=self.cpus.get(name)))
 
     # --- health --------------------------------------------------------------------------
     def _fail(self, worker: str, detail: str) -> WorkerFailed:
@@ -287,7 +330,7 @@ class Runtime:
         rec.start_clock()
         for r in ready:
             rec.event("worker_ready", t=0.0, worker=r.worker, pid=r.pid, device=r.device,
-                      load_s=r.load_s)
+                      load_s=r.load_s, cpus=r.cpus)
         return cold
 
     def drive(self, controller: Controller) -> None:
@@ -366,7 +409,9 @@ def _run(cfg: RunConfig, tasks: list[Task], rec: RunRecorder, runtime: Runtime
         interrupted_tokens=controller.interrupted_tokens,
         abandoned_tokens=sum(s.tokens_abandoned for s in stopped),
         reprefilled_tokens=sum(s.tokens_reprefilled for s in stopped),
-        extra={"async": controller.async_stats()},
+        extra={"async": {**controller.async_stats(), "placement": {
+            "cpus": {name: list(cpus) for name, cpus in runtime.cpus.items()},
+            "unpinned_reason": runtime.unpinned_reason}}},
     )
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
     runtime.slots.read_into(runtime.slots.ordered(dict(policy.model.named_parameters())))
