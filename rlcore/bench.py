@@ -158,7 +158,7 @@ def bench_weight_sync(model: torch.nn.Module, reps: int = 5) -> dict[str, float]
         t0 = time.perf_counter()
         slots.write(slot, source)
         t1 = time.perf_counter()
-        ack = service.commit(CommitRequest(0, 0, slot, slots.version(), True, {}, t1))
+        ack = service.commit(CommitRequest(0, 0, slot, slots.version(), True, t_sent=t1))
         t2 = time.perf_counter()
         slots.read_into(reader)
         t3 = time.perf_counter()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.records import validate_summary
+from rlcore.records import RunRecorder, validate_summary
 from rlcore.runners import run_mode
 from rlcore.runners.areal.controller import StalenessManager
 from rlcore.runners.areal.runtime import plan_cpus
@@ -247,7 +247,6 @@ def test_controller_dispatches_a_pump_as_one_message(cfg: RunConfig, tmp_path: P
     import multiprocessing
     from types import SimpleNamespace
 
-    from rlcore.records import RunRecorder
     from rlcore.runners.areal.controller import Controller
     from rlcore.runners.common import preflight
 
@@ -272,11 +271,39 @@ def test_parameter_service_reports_each_verdict_with_the_trainers_stats():
     from rlcore.runners.areal.protocol import CommitAck, CommitRequest
 
     req = CommitRequest(trainer=1, batch_id=7, slot=2, base_version=3, finite=True,
-                        stats={"loss": 0.5}, t_sent=10.0)
-    done = verdict(req, CommitAck(True, 4, next_slot=0, t=10.25))
+                        stats={"loss": 0.5}, t_start=9.0, t_sent=10.0)
+    done = verdict(req, CommitAck(True, 4, next_slot=0, t=10.25), commit_s=0.01)
     assert (done.trainer, done.batch_id, done.applied, done.version, done.base_version) \
         == (1, 7, True, 4, 3)
     assert done.stats == {"loss": 0.5, "time/commit_latency_s": 0.25}
-    assert done.t_commit == 10.25
-    skipped = verdict(req, CommitAck(False, 5, next_slot=2, t=11.0, reason="stale base"))
+    assert (done.t_start, done.t_commit, done.commit_s) == (9.0, 10.25, 0.01)
+    skipped = verdict(req, CommitAck(False, 5, next_slot=2, t=11.0, reason="stale base"), 0.0)
     assert not skipped.applied and skipped.reason == "stale base"
+
+
+def test_controller_records_the_commit_events_from_the_verdict(cfg: RunConfig, tmp_path: Path):
+    """Trainer span, version change and skipped commit come from one UpdateDone each."""
+    from rlcore.runners.areal.controller import Controller
+    from rlcore.runners.areal.protocol import UpdateDone
+    from rlcore.runners.common import preflight
+
+    rec = RunRecorder(tmp_path / "run")
+    controller = Controller(cfg, preflight(cfg), rec, None, n_trainers=1)
+    try:
+        t0 = rec.t0
+        controller._record_commit(UpdateDone(0, 3, True, 4, 3, "", {}, t0 + 2.0, t0 + 1.5,
+                                             commit_s=0.001))
+        controller._record_commit(UpdateDone(0, 4, False, 4, 4, "stale base", {}, t0 + 3.0,
+                                             t0 + 2.5, commit_s=0.001))
+        controller._record_commit(UpdateDone(0, 5, False, 4, 4, "refused", {}, t0 + 4.0,
+                                             t0 + 3.5))
+    finally:
+        controller.rewards.close()
+        rec.close()
+    assert [x for span in controller.spans["trainer"] for x in span] \
+        == pytest.approx([1.5, 2.0, 2.5, 3.0, 3.5, 4.0])
+    events = read_jsonl(tmp_path / "run" / "events.jsonl.partial")
+    changes = [e for e in events if e["type"] == "version_change"]
+    assert [(e["old_version"], e["new_version"], e["batch_id"]) for e in changes] == [(3, 4, 3)]
+    skips = [e for e in events if e["type"] == "commit_skipped"]
+    assert [(e["batch_id"], e["reason"]) for e in skips] == [(4, "stale base")]  # not the refusal

@@ -267,6 +267,26 @@ def test_main_killed_while_workers_start_under_subreaper(tiny_model_dir: Path,
         workers.kill_all()
 
 
+def test_shutdown_takes_no_lock_a_killed_worker_may_hold(tiny_model_dir: Path):
+    """A worker SIGKILLed inside a queue put or an event check leaves that lock held for
+    good; ending the processes must not need it (a put there once hung a failed run)."""
+    from rlcore.runners.areal.runtime import Processes, Runtime
+
+    cfg = config_from_dict(small_config(tiny_model_dir, mode="areal"))
+    runtime = Runtime(cfg, Processes())
+    held = [runtime.commit_q._q._wlock, *(q._q._wlock for q in runtime.trainer_qs),
+            runtime.stop_evt._cond, runtime.start_evt._cond]
+    for lock in held:  # held here, by no one who will ever release them
+        assert lock.acquire(timeout=1)
+    done = threading.Event()
+    threading.Thread(target=lambda: (runtime.shutdown(), done.set()), daemon=True).start()
+    try:
+        assert done.wait(timeout=10), "shutdown blocked on a lock"
+    finally:
+        for lock in held:
+            lock.release()
+
+
 # --- a worker that raises (threaded runtime, in process) ------------------------------------
 @pytest.fixture
 def trainer_raises(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -273,6 +273,7 @@ class Controller:
         items = self.in_training.pop(msg.batch_id)
         rows = [i.row for i in items]
         self.outstanding[msg.trainer] -= 1
+        self._record_commit(msg)
         if not msg.applied:
             self.skipped_commits += 1
             self.manager.released(len(rows))
@@ -295,6 +296,23 @@ class Controller:
         self.progress(len(self.updates), row["pass_rate"], self.trained_tokens, t)
         if self.done and self.t_done is None:
             self.t_done = msg.t_commit
+
+    def _record_commit(self, msg: UpdateDone) -> None:
+        """The events of an update attempt: the trainer's busy span, and the parameter
+        service's decision when it made one."""
+        self.on_event(Event("span", msg.t_commit, {
+            "worker": f"trainer{msg.trainer}", "role": "trainer", "start": msg.t_start,
+            "end": msg.t_commit}))
+        if msg.commit_s is None:
+            return
+        ids = {"trainer": msg.trainer, "batch_id": msg.batch_id}
+        if msg.applied:
+            self.on_event(Event("version_change", msg.t_commit, {
+                "old_version": msg.version - 1, "new_version": msg.version, **ids,
+                "commit_s": msg.commit_s}))
+        else:
+            self.on_event(Event("commit_skipped", msg.t_commit, {
+                "version": msg.version, **ids, "reason": msg.reason}))
 
     # --- bookkeeping -------------------------------------------------------------------
     def _write(self, row: dict[str, Any]) -> None:
@@ -328,8 +346,8 @@ class Controller:
         self.controller_s += time.monotonic() - now
         if now - self._last_depths >= 0.025:
             self._last_depths = now
-            with self.ch.counters.get_lock():
-                taken, sent = int(self.ch.counters[0]), int(self.ch.counters[1])
+            counters = list(self.ch.counters)
+            taken, sent = sum(counters[0::2]), sum(counters[1::2])
             self.rec.event("queues", prompt_queue=self.dispatched - taken,
                            sample_queue=sent - self.received, generating=taken - (
                                self.dispatched - self.in_flight),

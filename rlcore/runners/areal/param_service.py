@@ -25,7 +25,6 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from rlcore.runners.areal.protocol import (
     CommitAck,
     CommitRequest,
-    Event,
     Ready,
     Stopped,
     UpdateDone,
@@ -139,16 +138,18 @@ class ParamService:
         return CommitAck(False, version, next_slot=req.slot, t=time.monotonic(), reason=reason)
 
 
-def verdict(req: CommitRequest, ack: CommitAck) -> UpdateDone:
-    """The controller's report of a decided commit.
+def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
+    """The controller's report of a decided commit; the controller also derives the
+    `version_change` / `commit_skipped` event and the trainer's busy span from it.
 
     Sent by the service, not the trainer: a trainer that pipelines its next update reads the
     verdict only after computing it, and a controller told that late would hold rollout back
-    (the throttle counts versions) for a whole update.
+    (the throttle counts versions) for a whole update. One message per commit, because every
+    message wakes the controller, on a core that the trainer or the rollout is using.
     """
     stats = {**req.stats, "time/commit_latency_s": max(0.0, ack.t - req.t_sent)}
     return UpdateDone(req.trainer, req.batch_id, ack.applied, ack.version, req.base_version,
-                      ack.reason, stats, ack.t)
+                      ack.reason, stats, ack.t, req.t_start, commit_s)
 
 
 def param_service_main(ctx: Any) -> None:
@@ -168,15 +169,7 @@ def param_service_main(ctx: Any) -> None:
             break
         t0 = time.monotonic()
         ack = service.commit(req)
+        commit_s = time.monotonic() - t0
         ctx.ack_qs[req.trainer].put(ack)
-        ctx.inbox.put(verdict(req, ack))
-        t1 = time.monotonic()
-        if ack.applied:
-            ctx.inbox.put(Event("version_change", t1, {
-                "old_version": ack.version - 1, "new_version": ack.version,
-                "trainer": req.trainer, "batch_id": req.batch_id, "commit_s": t1 - t0}))
-        else:
-            ctx.inbox.put(Event("commit_skipped", t1, {
-                "version": ack.version, "trainer": req.trainer, "batch_id": req.batch_id,
-                "reason": ack.reason}))
+        ctx.inbox.put(verdict(req, ack, commit_s))
     ctx.inbox.put(Stopped(ctx.name))

@@ -85,7 +85,8 @@ class CommitRequest:
     base_version: int
     finite: bool
     stats: dict[str, float] = field(default_factory=dict)
-    t_sent: float = 0.0  # time.monotonic() when the trainer sent it
+    t_start: float = 0.0  # time.monotonic() when the trainer started the update
+    t_sent: float = 0.0  # ... and when it sent this request
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,9 @@ class UpdateDone:
     base_version: int  # the version the update was computed from
     reason: str
     stats: dict[str, float]
-    t_commit: float
+    t_commit: float  # when the commit was decided (or the trainer gave the update up)
+    t_start: float  # when the trainer started the update: its busy span is t_start..t_commit
+    commit_s: float | None = None  # the service's decision time; None: never proposed
 
 
 @dataclass

@@ -178,7 +178,9 @@ class Processes:
                 out[name] = f"pid {p.pid}, {how}"
         return out
 
-    def kill_all(self) -> None:
+    def end_all(self, runtime: Runtime) -> None:
+        """SIGKILL whatever is still running. Nothing is sent first: a worker killed while
+        holding a queue's or an event's lock would leave that put or set() blocked forever."""
         for p in self.handles.values():
             if p.is_alive():
                 p.kill()
@@ -209,8 +211,12 @@ class Threads:
     def dead(self) -> dict[str, str]:
         return {n: "thread ended" for n, t in self.handles.items() if not t.is_alive()}
 
-    def kill_all(self) -> None:
-        pass  # threads cannot be killed; stop() and the queue sentinels end them
+    def end_all(self, runtime: Runtime) -> None:
+        """Threads cannot be killed: set the events and send the sentinels that end them."""
+        runtime.stop_evt.set()
+        runtime.start_evt.set()  # release anyone still at the barrier
+        for q in [*runtime.trainer_qs, runtime.commit_q]:
+            q.put(None)
 
 
 class Runtime:
@@ -230,9 +236,11 @@ class Runtime:
         self.stopped: dict[str, Stopped] = {}
         self.suspects: dict[str, tuple[float, str]] = {}  # dead workers: (deadline, how)
         self._last_check = 0.0
-        # [prompt slots taken by rollout workers, rollout messages sent]: queue depths are
-        # derived from these and the controller's own counts (a pipe has no qsize).
-        self.counters = vehicle.mp.Array("q", 2)
+        # Per rollout worker: [prompt slots taken, rollout messages sent]. Queue depths are
+        # derived from these and the controller's own counts (a pipe has no qsize). Each
+        # entry has one writer, so no lock: a worker killed holding one would hang the
+        # controller, which reads them every 25 ms.
+        self.counters = vehicle.mp.Array("q", 2 * self.n_rollout, lock=False)
         self.cpus: dict[str, tuple[int, ...]] = {}  # set by launch()
         self.unpinned_reason = ""
 
@@ -364,11 +372,8 @@ class Runtime:
                 controller.on_message(msg)
 
     def shutdown(self) -> None:
-        self.stop_evt.set()
-        self.start_evt.set()  # release anyone still at the barrier
-        for q in [*self.trainer_qs, self.commit_q]:
-            q.put(None)
-        self.v.kill_all()
+        """End every worker, whether the run finished or failed."""
+        self.v.end_all(self)
 
 
 def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, threaded: bool

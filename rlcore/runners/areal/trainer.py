@@ -23,7 +23,6 @@ from rlcore.backend import HFPolicy
 from rlcore.runners.areal.protocol import (
     CommitAck,
     CommitRequest,
-    Event,
     Ready,
     Stopped,
     TrainRequest,
@@ -40,24 +39,24 @@ class Trainer:
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
         self.version = ctx.slots.read_into(self.params)  # the version self.params hold
         self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
-        self.pending: float | None = None  # start time of the update awaiting its verdict
+        self.pending = False  # a commit was sent and its verdict not read yet
 
     def run(self) -> None:
         ctx = self.ctx
         while True:
             # Nothing queued to overlap the round trip with: take the verdict now.
-            if self.pending is not None and ctx.trainer_q.empty() and self.settle() is None:
+            if self.pending and ctx.trainer_q.empty() and self.settle() is None:
                 break  # no verdict: the run is being torn down
             req = ctx.trainer_q.get()
             if req is None:
-                if self.pending is not None:
+                if self.pending:
                     self.settle()
                 break
             self.train(req)
 
     def train(self, req: TrainRequest) -> None:
         t_start = time.monotonic()
-        if self.pending is None and self.ctx.slots.version() != self.version:
+        if not self.pending and self.ctx.slots.version() != self.version:
             self.version = self.ctx.slots.read_into(self.params)  # another trainer committed
         oldest = min(min(v) for v in req.batch.versions if v)
         if self.version - oldest > self.cfg.staleness.staleness_k:
@@ -67,7 +66,7 @@ class Trainer:
             return
         stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
                                    current_version=self.version)
-        if self.pending is not None and not self.settle():
+        if self.pending and not self.settle():
             # computed on a rejected candidate (or no verdict came): discard it as well
             self.refuse(req, "its base candidate was not committed", stats, t_start)
             return
@@ -76,36 +75,29 @@ class Trainer:
         stats["time/weight_write_s"] = time.monotonic() - t_write
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
-                                            self.version, finite, stats, time.monotonic()))
-        self.pending = t_start
+                                            self.version, finite, stats, t_start,
+                                            time.monotonic()))
+        self.pending = True
         self.version += 1  # what self.params will be once the service applies the candidate
 
     def settle(self) -> bool | None:
         """Read the verdict on the pending commit (the service reports it to the controller):
         applied or skipped, or None if no verdict came (the parameter service is gone)."""
-        t_start = self.pending
-        assert t_start is not None
         ack = _wait_ack(self.ctx)
-        self.pending = None
+        self.pending = False
         if ack is None:
             return None
         self.slot = ack.next_slot
         if not ack.applied:
             self.version = self.ctx.slots.read_into(self.params)
-        self.span(t_start, ack.t)
         return ack.applied
 
     def refuse(self, req: TrainRequest, reason: str, stats: dict[str, float],
                t_start: float) -> None:
         """Report an update this trainer will not propose to the parameter service."""
-        ctx, t_end = self.ctx, time.monotonic()
+        ctx = self.ctx
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
-                                 self.version, reason, stats, t_end))
-        self.span(t_start, t_end)
-
-    def span(self, start: float, end: float) -> None:
-        self.ctx.inbox.put(Event("span", end, {"worker": self.ctx.name, "role": "trainer",
-                                               "start": start, "end": end}))
+                                 self.version, reason, stats, time.monotonic(), t_start))
 
 
 def trainer_main(ctx: Any) -> None:
