@@ -137,8 +137,11 @@ def _copy_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> floa
     return best
 
 
-def bench_weight_sync(model: torch.nn.Module, reps: int = 5) -> dict[str, float]:
-    """Best-of-reps seconds of write + commit + reload through WeightSlots vs one copy."""
+def bench_weight_sync(model: torch.nn.Module, reps: int = 50) -> dict[str, float]:
+    """Best-of-reps seconds of write + commit + reload through WeightSlots vs one copy.
+
+    For a small model each step takes microseconds, and the best of a few reps still
+    carries scheduler noise; 50 make the ratio repeat to about 0.05."""
     from rlcore.runners.areal.param_service import ParamService, WeightSlots
     from rlcore.runners.areal.protocol import CommitRequest
 
