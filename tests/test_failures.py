@@ -287,6 +287,57 @@ def test_shutdown_takes_no_lock_a_killed_worker_may_hold(tiny_model_dir: Path):
             lock.release()
 
 
+class FakeVehicle:
+    def __init__(self, dead: dict[str, str]):
+        self._dead, self.ended = dead, threading.Event()
+
+    def dead(self) -> dict[str, str]:
+        return self._dead
+
+    def end_all(self, runtime: Any) -> None:
+        self.ended.set()
+
+
+class FakeRuntime:
+    """What the watchdog reads of a runtime whose controller is blocked."""
+
+    def __init__(self, dead: dict[str, str], stopped: set[str]):
+        from rlcore.runners.areal.runtime import Runtime
+
+        self.v, self.stopped = FakeVehicle(dead), dict.fromkeys(stopped)
+        self._fail = lambda name, how: Runtime._fail(self, name, how)
+
+
+def test_watchdog_ends_a_run_whose_controller_is_blocked(capfd: pytest.CaptureFixture):
+    from rlcore.runners.areal.runtime import Watchdog
+
+    runtime = FakeRuntime({"trainer0": "pid 7, killed by signal 9"}, stopped=set())
+    exits: list[int] = []
+    fired = threading.Event()
+    dog = Watchdog(runtime, grace_s=0.2, exit=lambda code: (exits.append(code), fired.set()))
+    dog.start()
+    assert fired.wait(timeout=5), "the watchdog did not end the run"
+    assert exits == [1] and runtime.v.ended.is_set()  # workers killed before the exit
+    assert "rlcore: error: worker 'trainer0' failed (pid 7, killed by signal 9)" \
+        in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["worker stopped first", "run already ended"])
+def test_watchdog_leaves_a_run_that_ended_alone(case: str):
+    from rlcore.runners.areal.runtime import Watchdog
+
+    runtime = FakeRuntime({"rollout0": "pid 8, exit code 0"},
+                          stopped={"rollout0"} if case == "worker stopped first" else set())
+    exits: list[int] = []
+    dog = Watchdog(runtime, grace_s=0.2, exit=exits.append)
+    if case == "run already ended":
+        dog.done.set()
+    dog.start()
+    time.sleep(1.0)  # five grace periods
+    dog.done.set()
+    assert exits == [] and not runtime.v.ended.is_set()
+
+
 # --- a worker that raises (threaded runtime, in process) ------------------------------------
 @pytest.fixture
 def trainer_raises(monkeypatch: pytest.MonkeyPatch) -> None:

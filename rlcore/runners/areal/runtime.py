@@ -8,7 +8,8 @@ the two differ only in scheduling.
 Failure handling: a worker that raises sends its traceback; a worker that dies (even by
 SIGKILL) is seen by its exit code within one poll (50 ms). Either way the run stops at once,
 every other worker is killed, and no summary.json is written. Child processes also ask the
-kernel to kill them if the main process dies (PR_SET_PDEATHSIG), so none is left behind.
+kernel to kill them if the main process dies (PR_SET_PDEATHSIG), so none is left behind. A
+`Watchdog` covers the one read the controller cannot leave (see there).
 """
 
 from __future__ import annotations
@@ -219,6 +220,39 @@ class Threads:
             q.put(None)
 
 
+class Watchdog:
+    """Ends this process when a worker has been dead for `grace_s` and the run has not failed.
+
+    The controller fails a run within a poll of a worker's death, unless it is blocked in a
+    read: a worker SIGKILLed between the two writes of a message over 16 KB leaves a header
+    whose payload never comes. Nothing can unblock that read, so the watchdog says what
+    failed, kills the workers and exits, as the controller would have.
+    """
+
+    def __init__(self, runtime: Runtime, grace_s: float = 10.0,
+                 exit: Callable[[int], None] = os._exit):
+        self.runtime, self.grace_s, self.exit = runtime, grace_s, exit
+        self.done = threading.Event()  # the run ended, by success or by a failure handled
+        self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _watch(self) -> None:
+        first_seen: dict[str, float] = {}
+        while not self.done.wait(min(1.0, self.grace_s / 4)):
+            now = time.monotonic()
+            for name, how in self.runtime.v.dead().items():
+                if name in self.runtime.stopped:
+                    continue
+                if now - first_seen.setdefault(name, now) >= self.grace_s:
+                    print(f"rlcore: error: {self.runtime._fail(name, how)} (the controller was "
+                          "blocked, so the watchdog ended the run)", file=sys.stderr, flush=True)
+                    self.runtime.v.end_all(self.runtime)
+                    self.exit(1)
+                    return
+
+
 class Runtime:
     """One asynchronous run: the roles, the controller loop and the run directory."""
 
@@ -243,6 +277,7 @@ class Runtime:
         self.counters = vehicle.mp.Array("q", 2 * self.n_rollout, lock=False)
         self.cpus: dict[str, tuple[int, ...]] = {}  # set by launch()
         self.unpinned_reason = ""
+        self.watchdog = Watchdog(self) if isinstance(vehicle, Processes) else None
 
     def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
              ) -> WorkerContext:
@@ -281,6 +316,8 @@ class Runtime:
                 name, i, resolve_device(m.trainer_device, "trainer"),
                 trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
                 cpus=self.cpus.get(name)))
+        if self.watchdog is not None:
+            self.watchdog.start()
 
     # --- health --------------------------------------------------------------------------
     def _fail(self, worker: str, detail: str) -> WorkerFailed:
@@ -373,6 +410,8 @@ class Runtime:
 
     def shutdown(self) -> None:
         """End every worker, whether the run finished or failed."""
+        if self.watchdog is not None:
+            self.watchdog.done.set()
         self.v.end_all(self)
 
 
