@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from rlcore.config import RunConfig, config_from_dict
 from rlcore.records import RunRecorder, validate_summary
@@ -307,3 +308,15 @@ def test_controller_records_the_commit_events_from_the_verdict(cfg: RunConfig, t
     assert [(e["old_version"], e["new_version"], e["batch_id"]) for e in changes] == [(3, 4, 3)]
     skips = [e for e in events if e["type"] == "commit_skipped"]
     assert [(e["batch_id"], e["reason"]) for e in skips] == [(4, "stale base")]  # not the refusal
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_unavailable_device_fails_before_the_run_directory_exists(tiny_model_dir: Path,
+                                                                  tmp_path: Path):
+    from rlcore.config import ConfigError
+
+    data = async_config(tiny_model_dir, "areal", 1, "continue", "both").to_dict()
+    data["model"]["trainer_device"] = "cuda:0"
+    with pytest.raises(ConfigError, match="trainer_device is 'cuda:0'"):
+        run_mode(config_from_dict(data), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

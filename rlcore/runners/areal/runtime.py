@@ -275,8 +275,10 @@ class Runtime:
         # entry has one writer, so no lock: a worker killed holding one would hang the
         # controller, which reads them every 25 ms.
         self.counters = vehicle.mp.Array("q", 2 * self.n_rollout, lock=False)
-        self.cpus: dict[str, tuple[int, ...]] = {}  # set by launch()
-        self.unpinned_reason = ""
+        m = cfg.model
+        self.devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
+                        "trainer": resolve_device(m.trainer_device, "trainer")}
+        self.cpus, self.unpinned_reason = self.placement()
         self.watchdog = Watchdog(self) if isinstance(vehicle, Processes) else None
 
     def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
@@ -290,30 +292,26 @@ class Runtime:
         Each of the two heavy roles owning its cores keeps them from sharing one core, or
         migrating, while the other idles; the light controller and parameter service float.
         """
-        m, rt = self.cfg.model, self.cfg.runtime
+        rt = self.cfg.runtime
         heavy = [*(f"rollout{i}" for i in range(self.n_rollout)),
                  *(f"trainer{i}" for i in range(self.n_trainer))]
         if not rt.pin_cpus:
             return {}, "runtime.pin_cpus is false"
-        devices = {resolve_device(m.rollout_device, "rollout").type,
-                   resolve_device(m.trainer_device, "trainer").type}
-        if devices != {"cpu"}:
+        if {d.type for d in self.devices.values()} != {"cpu"}:
             return {}, "a role runs on a GPU"
         return plan_cpus(os.sched_getaffinity(0), heavy, rt.threads_per_role)
 
     def launch(self) -> None:
-        m = self.cfg.model
-        self.cpus, self.unpinned_reason = self.placement()
         self.v.start("param_service", param_service_main, self._ctx(
             "param_service", 0, None, commit_q=self.commit_q, ack_qs=self.ack_qs))
         for i in range(self.n_rollout):
             name = f"rollout{i}"
             self.v.start(name, rollout_main, self._ctx(
-                name, i, resolve_device(m.rollout_device, "rollout"), cpus=self.cpus.get(name)))
+                name, i, self.devices["rollout"], cpus=self.cpus.get(name)))
         for i in range(self.n_trainer):
             name = f"trainer{i}"
             self.v.start(name, trainer_main, self._ctx(
-                name, i, resolve_device(m.trainer_device, "trainer"),
+                name, i, self.devices["trainer"],
                 trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
                 cpus=self.cpus.get(name)))
         if self.watchdog is not None:
@@ -419,9 +417,10 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, threaded: bool
               ) -> dict[str, Any]:
     """Run the asynchronous pipeline with processes (AReaL-style) or threads (baseline)."""
     tasks = preflight(cfg)
-    rec = RunRecorder(out_dir, force=force)
     set_threads(cfg)
+    # Built before the run directory is opened: a bad device or model config fails here.
     runtime = Runtime(cfg, Threads() if threaded else Processes())
+    rec = RunRecorder(out_dir, force=force)
     try:
         runtime.launch()
         return _run(cfg, tasks, rec, runtime)
@@ -459,8 +458,7 @@ def _run(cfg: RunConfig, tasks: list[Task], rec: RunRecorder, runtime: Runtime
     )
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
     runtime.slots.read_into(runtime.slots.ordered(dict(policy.model.named_parameters())))
-    devices = {"rollout": str(resolve_device(cfg.model.rollout_device, "rollout")),
-               "trainer": str(resolve_device(cfg.model.trainer_device, "trainer"))}
+    devices = {role: str(d) for role, d in runtime.devices.items()}
     return finish_run(rec, policy, cfg, summary, controller.samples,
                       controller.token_staleness, {"devices": devices})
 
