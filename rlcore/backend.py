@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    DynamicCache,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
@@ -31,7 +30,8 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
-from rlcore.objectives import compute_loss
+from rlcore.objectives import LossStats, a3po_loss, behav_clip_loss, decoupled_loss, pg_loss
+from rlcore.sampler import ChunkedSampler, Generation
 
 # Loading bars from transformers would interleave with the runners' progress lines.
 hf_logging.disable_progress_bar()
@@ -88,116 +88,6 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     if tok_class in ("PreTrainedTokenizerFast", "TokenizersBackend"):
         return PreTrainedTokenizerFast.from_pretrained(str(p))
     return AutoTokenizer.from_pretrained(str(p))
-
-
-@dataclass
-class Generation:
-    """One sampled response with its per-token log-probabilities and policy versions."""
-
-    prompt_ids: list[int]
-    response_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    finished: bool = False  # ended with a stop token (else cut at max_new_tokens)
-
-
-class ChunkedSampler:
-    """Batched sampling with a KV cache, advanced `chunk_tokens` at a time.
-
-    Between chunks the caller may swap the weights and call `reprefill` (AReaL's
-    `interrupt: continue`), or abandon the batch (the paper's `interrupt: resubmit`).
-    """
-
-    def __init__(
-        self,
-        policy: HFPolicy,
-        prompt_ids: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        generator: torch.Generator | None,
-        version: int = 0,
-    ):
-        self.policy = policy  # generator None = greedy (argmax) decoding
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.generator = generator
-        self.version = version
-        self.gens = [Generation(prompt_ids=list(p)) for p in prompt_ids]
-        dev = policy.device
-        width = max(len(p) for p in prompt_ids)
-        pad = policy.pad_id
-        # Left padding keeps every row's next token in the last column.
-        self.ids = torch.tensor(
-            [[pad] * (width - len(p)) + list(p) for p in prompt_ids], device=dev
-        )  # [B, width]
-        self.mask = torch.tensor(
-            [[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=dev
-        )  # [B, width]
-        self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
-        self.steps = 0
-        self.next_logits = self._prefill()  # [B, V]
-
-    @property
-    def done(self) -> bool:
-        return self.steps >= self.max_new_tokens or bool(self.done_rows.all())
-
-    def _prefill(self) -> torch.Tensor:
-        self.cache = DynamicCache()
-        pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad(), self.policy.autocast():
-            out = self.policy.model(
-                input_ids=self.ids, attention_mask=self.mask, position_ids=pos,
-                past_key_values=self.cache, use_cache=True,
-            )
-        return out.logits[:, -1].float()
-
-    def reprefill(self, version: int) -> None:
-        """Rebuild the KV cache of prompt + partial response under the current weights."""
-        self.version = version
-        self.next_logits = self._prefill()
-
-    def step(self, n_tokens: int) -> int:
-        """Sample up to n_tokens more tokens per unfinished row; returns tokens sampled."""
-        sampled = 0
-        stop = self.policy.stop_ids
-        for _ in range(n_tokens):
-            if self.done:
-                break
-            logp = torch.log_softmax(self.next_logits / self.temperature, dim=-1)  # [B, V]
-            if self.generator is None:
-                tok = logp.argmax(-1)  # [B]
-            else:
-                tok = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(-1)
-            tok_logp = logp.gather(-1, tok[:, None]).squeeze(-1)  # [B]
-            live = (~self.done_rows).tolist()
-            for i, (t, lp) in enumerate(zip(tok.tolist(), tok_logp.tolist(), strict=True)):
-                if not live[i]:
-                    continue
-                g = self.gens[i]
-                g.response_ids.append(t)
-                g.logprobs.append(lp)
-                g.versions.append(self.version)
-                sampled += 1
-                if t in stop:
-                    g.finished = True
-            self.done_rows |= torch.tensor([g.finished for g in self.gens], device=tok.device)
-            self.steps += 1
-            # Finished rows keep receiving the pad token; causal attention keeps it from
-            # touching any position that was recorded.
-            tok = torch.where(self.done_rows, torch.full_like(tok, self.policy.pad_id), tok)
-            self.ids = torch.cat([self.ids, tok[:, None]], dim=1)
-            self.mask = torch.cat([self.mask, torch.ones_like(tok[:, None])], dim=1)
-            if self.done:
-                break
-            pos = self.mask.sum(-1, keepdim=True) - 1  # [B, 1]
-            with torch.no_grad(), self.policy.autocast():
-                out = self.policy.model(
-                    input_ids=tok[:, None], attention_mask=self.mask, position_ids=pos,
-                    past_key_values=self.cache, use_cache=True,
-                )
-            self.next_logits = out.logits[:, -1].float()
-        return sampled
 
 
 @dataclass
@@ -335,6 +225,20 @@ class HFPolicy:
             lp = self._response_logprobs(prompt_ids, response_ids, temperature)
         return [lp[i, : len(r)].tolist() for i, r in enumerate(response_ids)]
 
+    def _objective_loss(self, logp: torch.Tensor, behav: torch.Tensor, prox: torch.Tensor | None,
+                        adv: torch.Tensor, mask: torch.Tensor, staleness: torch.Tensor
+                        ) -> tuple[torch.Tensor, LossStats]:
+        """train.objective on one minibatch; chosen here so objectives.py needs no config."""
+        cfg = self.train_cfg
+        if cfg.objective == "pg":
+            return pg_loss(logp, behav, adv, mask)
+        if cfg.objective == "behav_clip":
+            return behav_clip_loss(logp, behav, adv, mask, cfg.clip_eps, cfg.kl_coef)
+        if cfg.objective == "decoupled":
+            assert prox is not None, "decoupled needs the recomputed proximal log-probs"
+            return decoupled_loss(logp, behav, prox, adv, mask, cfg.clip_eps, cfg.kl_coef)
+        return a3po_loss(logp, behav, staleness, adv, mask, cfg.clip_eps, cfg.kl_coef)
+
     def update(self, batch: TrainBatch, *, temperature: float, current_version: int
                ) -> dict[str, float]:
         """One policy update (train.minibatches optimizer steps); returns mean stats and times."""
@@ -359,10 +263,8 @@ class HFPolicy:
             adv = torch.tensor(mb.advantages, dtype=f32, device=dev)[:, None].expand_as(mask)
             versions = pad_right(mb.versions, current_version, f32, dev)
             prox = pad_right([prox_all[i] for i in idx], 0.0, f32, dev) if prox_all else None
-            loss, stats = compute_loss(
-                cfg, logp=logp, behav_logp=behav, prox_logp=prox, advantages=adv, mask=mask,
-                staleness=(current_version - versions) * mask,
-            )
+            loss, stats = self._objective_loss(logp, behav, prox, adv, mask,
+                                               (current_version - versions) * mask)
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()

@@ -15,7 +15,6 @@ Timed on whatever else the machine is doing, so run it alone.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import statistics
 import tempfile
 import time
@@ -90,8 +89,8 @@ def _mode_figures(s: dict[str, Any]) -> dict[str, Any]:
         "overlap_frac": t["overlap_frac"],
         "acceptance_rate": s["metrics"]["acceptance_rate"],
     }
-    if "async" in s:
-        a = s["async"]
+    if s["mode"] != "sync":
+        a = s["scheduling"]
         out.update({
             "weight_sync_per_version_s": a["weight_sync"]["per_version_s"],
             "weight_sync": a["weight_sync"],
@@ -107,7 +106,7 @@ def bench_modes(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
     for _ in range(repeats):
         runs = {mode: _run_one(cfg, mode, updates) for mode in MODES}
         sync_t = runs["sync"]["time"]
-        t_gen = sync_t["rollout_busy_s"] + sync_t["reward_s"]
+        t_gen = sync_t["rollout_busy_s"] + sync_t["controller_busy_s"]
         t_train = sync_t["trainer_busy_s"]
         ideal = (t_gen + t_train) / max(t_gen, t_train)
         rep: dict[str, Any] = {"ideal_ratio": ideal, "sync_t_gen_s": t_gen,
@@ -142,12 +141,13 @@ def bench_weight_sync(model: torch.nn.Module, reps: int = 50) -> dict[str, float
 
     For a small model each step takes microseconds, and the best of a few reps still
     carries scheduler noise; 50 make the ratio repeat to about 0.05."""
-    from rlcore.runners.areal.param_service import ParamService, WeightSlots
-    from rlcore.runners.areal.protocol import CommitRequest
+    from rlcore.runners.asynchronous.messages import CommitRequest
+    from rlcore.runners.asynchronous.param_service import ParamService, WeightSlots
+    from rlcore.runners.asynchronous.vehicles import Processes
 
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     spec = [(n, tuple(p.shape), p.dtype) for n, p in params.items()]
-    slots = WeightSlots(spec, 2, multiprocessing.get_context("spawn"), shared=True)
+    slots = WeightSlots(spec, 2, Processes().locked_array(2 + 2), shared=True)
     service = ParamService(slots)
     source = slots.ordered(params)
     slots.write(0, source)

@@ -15,15 +15,17 @@ from rlcore.config import (
     load_config,
     run_config_schema,
 )
-from rlcore.records import RunExistsError, atomic_write_json
+from rlcore.rundir import RunExistsError, atomic_write_json
+from rlcore.runners import WorkerFailed, die_with_parent
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.exit_with_parent:
-        from rlcore.runners.areal.runtime import die_with_parent
-
         die_with_parent(args.exit_with_parent)
     cfg = load_config(args.config, args.set)
+    if args.eval and not cfg.runtime.save_policy:  # fail now, not after the whole run
+        raise ConfigError("--eval scores the run's saved final policy, but "
+                          "runtime.save_policy is false; set it to true or drop --eval")
     from rlcore.runners import run_mode
 
     summary = run_mode(cfg, args.out, force=args.force)
@@ -31,6 +33,13 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run complete: {args.out} | {summary['updates']} updates in "
           f"{summary['time']['wall_s']:.1f}s | train pass (last {cfg.eval.window} updates) "
           f"{m['train_pass_rate_final']:.3f}")
+    if args.eval:
+        from rlcore.evaluation import EVAL_SEED, evaluate_run
+
+        result, out = evaluate_run(Path(args.out), "final", seed=EVAL_SEED)
+        print(f"final policy on {result['tasks']} held-out tasks: greedy pass "
+              f"{result['greedy_pass_rate']:.3f}, sampled pass "
+              f"{result['sampled_pass_rate']:.3f} -> {out}")
     return 0
 
 
@@ -91,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--exit-with-parent", action="store_const", const=os.getppid(), default=0,
                    help="die with the process that started this one (the pipeline uses it so "
                         "that killing Snakemake leaves no run behind)")
+    r.add_argument("--eval", action="store_true",
+                   help="then score the final policy on the held-out split (eval.json in "
+                        "--out, as `rlcore eval OUT` does), in the same process: the "
+                        "interpreter, torch and the run's device are already set up, so the "
+                        "pipeline scores each run in its run job")
     r.set_defaults(func=_run)
 
     b = sub.add_parser("build-base", help="build and warm-start the embedded tiny model")
@@ -137,11 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RunExistsError, FileExistsError) as e:
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:
-        from rlcore.runners.areal.runtime import WorkerFailed
-
-        if not isinstance(e, WorkerFailed):
-            raise
+    except WorkerFailed as e:
         detail = f"\n{e.__cause__}" if e.__cause__ else ""
         print(f"rlcore: error: {e}{detail}", file=sys.stderr)
         return 1

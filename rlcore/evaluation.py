@@ -12,8 +12,8 @@ import torch
 
 from rlcore.backend import HFPolicy
 from rlcore.config import ConfigError, RunConfig, config_from_dict
-from rlcore.records import atomic_write_json, is_complete
 from rlcore.reward import evaluate_response
+from rlcore.rundir import atomic_write_json, is_complete
 from rlcore.runners.common import set_threads
 from rlcore.tasks import Task, load_suite
 

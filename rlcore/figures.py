@@ -124,7 +124,7 @@ def busy_spans(events: Iterable[dict[str, Any]], start: float, end: float
     for e in events:
         if e["type"] != "span":
             continue
-        role = e.get("role", e["worker"])  # the sync runner names its spans by role
+        role = e["role"]
         s, t = max(e["start"], start), min(e["end"], end)
         if role in out and t > s:
             out[role].append((s, t - s))

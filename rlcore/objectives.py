@@ -16,8 +16,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from rlcore.config import TrainConfig
-
 LOG_RATIO_CLAMP = 20.0  # the paper's Listing 4 clamp; keeps exp() finite
 
 
@@ -116,21 +114,6 @@ def a3po_loss(logp: torch.Tensor, behav_logp: torch.Tensor, staleness: torch.Ten
     """Decoupled PPO with the loglinear proximal policy of A-3PO (seed 004): no extra forward."""
     prox = a3po_prox_logp(behav_logp, logp, staleness)
     return decoupled_loss(logp, behav_logp, prox, advantages, mask, clip_eps, kl_coef)
-
-
-def compute_loss(cfg: TrainConfig, *, logp: torch.Tensor, behav_logp: torch.Tensor,
-                 prox_logp: torch.Tensor | None, advantages: torch.Tensor, mask: torch.Tensor,
-                 staleness: torch.Tensor) -> tuple[torch.Tensor, LossStats]:
-    """Dispatch to the configured objective."""
-    if cfg.objective == "pg":
-        return pg_loss(logp, behav_logp, advantages, mask)
-    if cfg.objective == "behav_clip":
-        return behav_clip_loss(logp, behav_logp, advantages, mask, cfg.clip_eps, cfg.kl_coef)
-    if cfg.objective == "decoupled":
-        assert prox_logp is not None, "decoupled needs the recomputed proximal log-probs"
-        return decoupled_loss(logp, behav_logp, prox_logp, advantages, mask, cfg.clip_eps,
-                              cfg.kl_coef)
-    return a3po_loss(logp, behav_logp, staleness, advantages, mask, cfg.clip_eps, cfg.kl_coef)
 
 
 def compute_advantages(rewards: Sequence[float], group_ids: Sequence[str], baseline: str,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,10 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.records import RunRecorder, validate_summary
+from rlcore.records import RunLedger
+from rlcore.rundir import validate_summary
 from rlcore.runners import run_mode
-from rlcore.runners.areal.controller import StalenessManager
-from rlcore.runners.areal.runtime import plan_cpus
+from rlcore.runners.asynchronous.placement import plan_cpus
 from tests.conftest import small_config
 
 MAX_RETRIES = 1
@@ -132,7 +133,7 @@ def test_process_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, interr
 
 def check_placement(summary: dict[str, Any], ready: dict[str, dict[str, Any]]) -> None:
     """With two cores or more each heavy role runs on its own core, as the worker itself saw."""
-    placement = summary["async"]["placement"]
+    placement = summary["scheduling"]["placement"]
     if len(os.sched_getaffinity(0)) < 2:
         assert placement["cpus"] == {} and "allowed" in placement["unpinned_reason"]
         return
@@ -157,7 +158,7 @@ def test_pin_cpus_false_leaves_every_role_free(tiny_model_dir: Path, tmp_path: P
     data = async_config(tiny_model_dir, "async", 1, "continue", "both").to_dict()
     data["runtime"]["pin_cpus"] = False
     summary = run_mode(config_from_dict(data), tmp_path / "run")
-    assert summary["async"]["placement"] == {"cpus": {},
+    assert summary["scheduling"]["placement"] == {"cpus": {},
                                              "unpinned_reason": "runtime.pin_cpus is false"}
     events = read_jsonl(tmp_path / "run" / "events.jsonl")
     assert all(set(e["cpus"]) == os.sched_getaffinity(0)
@@ -187,27 +188,6 @@ def test_interruptions_happen_and_are_accounted(tiny_model_dir: Path, tmp_path: 
     assert summary["samples"]["resubmissions"] > 0
 
 
-class TestStalenessManager:
-    def test_capacity_formula(self):
-        m = StalenessManager(k=1, batch_size=4)
-        # (v + K + 1) * B - (accepted + running) = (0 + 1 + 1) * 4 - 0
-        assert m.capacity(version=0) == 8
-        m.submitted(6)
-        assert m.capacity(0) == 2
-        for _ in range(5):
-            m.returned(accepted=True)
-        m.returned(accepted=False)  # a dropped sample frees its place
-        assert m.capacity(0) == 3  # 8 - (5 + 0)
-        assert m.capacity(1) == 7  # one update later: (1 + 2) * 4 - 5
-        m.released(2)  # accepted samples dropped before training give capacity back
-        assert m.capacity(0) == 5
-
-    def test_k0_allows_one_batch_at_a_time(self):
-        m = StalenessManager(k=0, batch_size=4)
-        m.submitted(4)
-        assert m.capacity(0) == 0  # the batch for version 0 is out; nothing more until v1
-
-
 def test_two_trainers_keep_the_invariants(tiny_model_dir: Path, tmp_path: Path):
     """Commits race; the service skips stale-base ones and the clock stays exact."""
     cfg = async_config(tiny_model_dir, "async", 1, "continue", "both")
@@ -217,7 +197,7 @@ def test_two_trainers_keep_the_invariants(tiny_model_dir: Path, tmp_path: Path):
     check_invariants(tmp_path / "run", cfg)
     events = read_jsonl(tmp_path / "run" / "events.jsonl")
     skipped = [e for e in events if e["type"] == "update_skipped"]
-    assert summary["async"]["skipped_commits"] == len(skipped)
+    assert summary["scheduling"]["skipped_commits"] == len(skipped)
 
 
 def test_rollout_train_ratio_holds_generation_to_beta(tiny_model_dir: Path, tmp_path: Path):
@@ -231,7 +211,9 @@ def test_rollout_train_ratio_holds_generation_to_beta(tiny_model_dir: Path, tmp_
     b, n = cfg.train.update_batch_size, cfg.train.updates
     # the rollout may run at most two batches ahead of beta * B per update
     assert summary["samples"]["generated"] <= beta * b * (n + 2)
-    assert set(summary["async"]["waits"]) >= {"rollout_ratio_s", "trainer_ratio_s"}
+    # holding to beta made one side wait: rollout ahead of the ratio, or the trainer behind it
+    waits = summary["scheduling"]["waits"]
+    assert waits["rollout_ratio_s"] + waits["trainer_ratio_s"] > 0
 
 
 class RecordingQueue:
@@ -248,19 +230,19 @@ def test_controller_dispatches_a_pump_as_one_message(cfg: RunConfig, tmp_path: P
     import multiprocessing
     from types import SimpleNamespace
 
-    from rlcore.runners.areal.controller import Controller
+    from rlcore.runners.asynchronous.controller import Controller
     from rlcore.runners.common import preflight
 
     channels = SimpleNamespace(prompt_q=RecordingQueue(), inbox=RecordingQueue(),
                                trainer_qs=[RecordingQueue()],
                                counters=multiprocessing.Array("q", 2))
-    rec = RunRecorder(tmp_path / "run")
-    controller = Controller(cfg, preflight(cfg), rec, channels, n_trainers=1)
+    ledger = RunLedger(cfg, tmp_path / "run")
+    controller = Controller(cfg, preflight(cfg), ledger, channels, n_trainers=1)
     try:
         controller.pump()
     finally:
         controller.rewards.close()
-        rec.close()
+        ledger.close()
     b, g = cfg.train.update_batch_size, cfg.rollout.group_size
     (message,) = channels.prompt_q.items
     assert len(message) == 2 * b  # the batch being generated and the next
@@ -268,8 +250,8 @@ def test_controller_dispatches_a_pump_as_one_message(cfg: RunConfig, tmp_path: P
 
 
 def test_parameter_service_reports_each_verdict_with_the_trainers_stats():
-    from rlcore.runners.areal.param_service import verdict
-    from rlcore.runners.areal.protocol import CommitAck, CommitRequest
+    from rlcore.runners.asynchronous.messages import CommitAck, CommitRequest
+    from rlcore.runners.asynchronous.param_service import verdict
 
     req = CommitRequest(trainer=1, batch_id=7, slot=2, base_version=3, finite=True,
                         stats={"loss": 0.5}, t_start=9.0, t_sent=10.0)
@@ -284,24 +266,28 @@ def test_parameter_service_reports_each_verdict_with_the_trainers_stats():
 
 def test_controller_records_the_commit_events_from_the_verdict(cfg: RunConfig, tmp_path: Path):
     """Trainer span, version change and skipped commit come from one UpdateDone each."""
-    from rlcore.runners.areal.controller import Controller
-    from rlcore.runners.areal.protocol import UpdateDone
+    from types import SimpleNamespace
+
+    from rlcore.runners.asynchronous.controller import Controller
+    from rlcore.runners.asynchronous.messages import UpdateDone
     from rlcore.runners.common import preflight
 
-    rec = RunRecorder(tmp_path / "run")
-    controller = Controller(cfg, preflight(cfg), rec, None, n_trainers=1)
+    channels = SimpleNamespace(prompt_q=RecordingQueue(), inbox=RecordingQueue(),
+                               trainer_qs=[RecordingQueue()], counters=[0, 0])
+    ledger = RunLedger(cfg, tmp_path / "run")
+    controller = Controller(cfg, preflight(cfg), ledger, channels, n_trainers=1)
     try:
-        t0 = rec.t0
+        t0 = ledger.t0
         controller._record_commit(UpdateDone(0, 3, True, 4, 3, "", {}, t0 + 2.0, t0 + 1.5,
-                                             commit_s=0.001))
+                                             commit_s=0.001), samples=8)
         controller._record_commit(UpdateDone(0, 4, False, 4, 4, "stale base", {}, t0 + 3.0,
-                                             t0 + 2.5, commit_s=0.001))
+                                             t0 + 2.5, commit_s=0.001), samples=8)
         controller._record_commit(UpdateDone(0, 5, False, 4, 4, "refused", {}, t0 + 4.0,
-                                             t0 + 3.5))
+                                             t0 + 3.5), samples=8)
     finally:
         controller.rewards.close()
-        rec.close()
-    assert [x for span in controller.spans["trainer"] for x in span] \
+        ledger.close()
+    assert [x for span in ledger.spans["trainer"] for x in span] \
         == pytest.approx([1.5, 2.0, 2.5, 3.0, 3.5, 4.0])
     events = read_jsonl(tmp_path / "run" / "events.jsonl.partial")
     changes = [e for e in events if e["type"] == "version_change"]
@@ -320,3 +306,48 @@ def test_unavailable_device_fails_before_the_run_directory_exists(tiny_model_dir
     with pytest.raises(ConfigError, match="trainer_device is 'cuda:0'"):
         run_mode(config_from_dict(data), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path: Path):
+    """Driven by hand: the eq. 1 throttle holds dispatch, an idle trainer waits for data, and
+    a skipped commit is counted, releases its capacity and leaves its samples untrained."""
+    from types import SimpleNamespace
+
+    from rlcore.records import build_summary
+    from rlcore.runners.asynchronous.controller import Controller
+    from rlcore.runners.asynchronous.messages import SampleMsg, UpdateDone
+    from rlcore.runners.common import preflight
+
+    cfg = async_config(tiny_model_dir, "async", 0, "continue", "both")
+    b = cfg.train.update_batch_size
+    channels = SimpleNamespace(prompt_q=RecordingQueue(), inbox=RecordingQueue(),
+                               trainer_qs=[RecordingQueue()], counters=[0, 0])
+    ledger = RunLedger(cfg, tmp_path / "run")
+    controller = Controller(cfg, preflight(cfg), ledger, channels, n_trainers=1)
+    try:
+        controller.pump()
+        (slots,) = channels.prompt_q.items
+        assert len(slots) == b  # K = 0: eq. 1 admits one batch, not the two rollout could take
+        time.sleep(0.05)
+        controller.pump()  # nothing came back: rollout held by the throttle, the trainer idle
+        assert controller.waits["rollout_throttle_s"] >= 0.05
+        assert controller.waits["trainer_data_s"] >= 0.05
+        for slot in slots:  # every sample comes back, sampled by version 0
+            controller.on_sample(SampleMsg(slot, [1, 2], [3, 4], [-0.1, -0.2], [0, 0], True,
+                                           "7", "rollout0", ledger.t0 + 0.1))
+        controller.pump()
+        (request,) = channels.trainer_qs[0].items
+        assert controller.manager.accepted == b
+        t = ledger.t0 + 0.2
+        controller.on_message(UpdateDone(0, request.batch_id, False, 0, 0, "stale base", {},
+                                         t, t - 0.1, commit_s=0.001))
+        assert controller.manager.accepted == 0  # the batch gave its capacity back
+        summary = build_summary(ledger, wall_s=1.0, cold_start_s=0.0, waits=controller.waits,
+                                placement={"cpus": {}, "unpinned_reason": "test"})
+    finally:
+        controller.rewards.close()
+        ledger.close()
+    assert summary["scheduling"]["skipped_commits"] == 1
+    assert summary["updates"] == 0 and summary["samples"]["trained"] == 0
+    assert [(r["status"], r["batch_id"]) for r in ledger.samples] == [("accepted", None)] * b
+    assert summary["tokens"]["untrained"] == 2 * b

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlcore.config import config_from_dict
 from rlcore.runners import run_mode
-from rlcore.runners.areal.controller import Controller
+from rlcore.runners.asynchronous.controller import Controller
 from tests.conftest import small_config
 
 HANG = "def inc(x):\n    while True:\n        pass\n"
@@ -53,6 +53,6 @@ def test_areal_run_on_code_tasks_with_hostile_responses(tmp_path: Path, tiny_mod
     hung = [r for r in scored if r["response"] == HANG]
     assert hung and all(r["reward"] == 0.0 and "timed out" in r["error"] for r in hung)
     # Each hanging response holds a pool thread for 0.5 s; the controller itself does not wait.
-    assert summary["async"]["controller_ms_per_sample"] < 5.0
+    assert summary["scheduling"]["controller_ms_per_sample"] < 5.0
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["sandbox"]["verdict_outside_sandbox"] is True

@@ -19,7 +19,9 @@ import pytest
 import yaml
 
 from rlcore.config import config_from_dict
-from rlcore.runners.areal.runtime import WorkerFailed, run_async
+from rlcore.runners import WorkerFailed
+from rlcore.runners.asynchronous.runtime import run_async
+from rlcore.runners.asynchronous.vehicles import Processes, Threads
 from tests.conftest import small_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -270,7 +272,7 @@ def test_main_killed_while_workers_start_under_subreaper(tiny_model_dir: Path,
 def test_shutdown_takes_no_lock_a_killed_worker_may_hold(tiny_model_dir: Path):
     """A worker SIGKILLed inside a queue put or an event check leaves that lock held for
     good; ending the processes must not need it (a put there once hung a failed run)."""
-    from rlcore.runners.areal.runtime import Processes, Runtime
+    from rlcore.runners.asynchronous.runtime import Runtime
 
     cfg = config_from_dict(small_config(tiny_model_dir, mode="areal"))
     runtime = Runtime(cfg, Processes())
@@ -287,29 +289,22 @@ def test_shutdown_takes_no_lock_a_killed_worker_may_hold(tiny_model_dir: Path):
             lock.release()
 
 
-class FakeVehicle:
-    def __init__(self, dead: dict[str, str]):
-        self._dead, self.ended = dead, threading.Event()
+class FakeRuntime:
+    """What the watchdog reads of a runtime whose controller is blocked (health.Watched)."""
+
+    def __init__(self, dead: dict[str, str], stopped: set[str]):
+        self._dead, self.stopped = dead, dict.fromkeys(stopped)
+        self.ended = threading.Event()
 
     def dead(self) -> dict[str, str]:
         return self._dead
 
-    def end_all(self, runtime: Any) -> None:
+    def end_all(self) -> None:
         self.ended.set()
 
 
-class FakeRuntime:
-    """What the watchdog reads of a runtime whose controller is blocked."""
-
-    def __init__(self, dead: dict[str, str], stopped: set[str]):
-        from rlcore.runners.areal.runtime import Runtime
-
-        self.v, self.stopped = FakeVehicle(dead), dict.fromkeys(stopped)
-        self._fail = lambda name, how: Runtime._fail(self, name, how)
-
-
 def test_watchdog_ends_a_run_whose_controller_is_blocked(capfd: pytest.CaptureFixture):
-    from rlcore.runners.areal.runtime import Watchdog
+    from rlcore.runners.asynchronous.health import Watchdog
 
     runtime = FakeRuntime({"trainer0": "pid 7, killed by signal 9"}, stopped=set())
     exits: list[int] = []
@@ -317,14 +312,14 @@ def test_watchdog_ends_a_run_whose_controller_is_blocked(capfd: pytest.CaptureFi
     dog = Watchdog(runtime, grace_s=0.2, exit=lambda code: (exits.append(code), fired.set()))
     dog.start()
     assert fired.wait(timeout=5), "the watchdog did not end the run"
-    assert exits == [1] and runtime.v.ended.is_set()  # workers killed before the exit
+    assert exits == [1] and runtime.ended.is_set()  # workers killed before the exit
     assert "rlcore: error: worker 'trainer0' failed (pid 7, killed by signal 9)" \
         in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("case", ["worker stopped first", "run already ended"])
 def test_watchdog_leaves_a_run_that_ended_alone(case: str):
-    from rlcore.runners.areal.runtime import Watchdog
+    from rlcore.runners.asynchronous.health import Watchdog
 
     runtime = FakeRuntime({"rollout0": "pid 8, exit code 0"},
                           stopped={"rollout0"} if case == "worker stopped first" else set())
@@ -335,7 +330,7 @@ def test_watchdog_leaves_a_run_that_ended_alone(case: str):
     dog.start()
     time.sleep(1.0)  # five grace periods
     dog.done.set()
-    assert exits == [] and not runtime.v.ended.is_set()
+    assert exits == [] and not runtime.ended.is_set()
 
 
 # --- a worker that raises (threaded runtime, in process) ------------------------------------
@@ -374,7 +369,7 @@ def test_raising_worker_fails_the_threaded_run(tiny_model_dir: Path, tmp_path: P
     t0 = time.monotonic()
     with pytest.raises(WorkerFailed) as info:
         run_async(config_from_dict(async_config(tiny_model_dir)), out, force=False,
-                  threaded=True)
+                  vehicle=Threads())
     assert time.monotonic() - t0 < 30
     assert "worker 'trainer0' failed (it raised)" in str(info.value)
     cause = info.value.__cause__
@@ -406,7 +401,7 @@ def test_failed_forced_rerun_keeps_complete_run(tiny_model_dir: Path, tmp_path: 
     out, log = tmp_path / "run", tmp_path / "stderr.txt"
     cfg = small_config(tiny_model_dir, mode="areal", train={"updates": 3, "update_batch_size": 8},
                        staleness={"staleness_k": 2})
-    summary = run_async(config_from_dict(cfg), out, force=False, threaded=False)
+    summary = run_async(config_from_dict(cfg), out, force=False, vehicle=Processes())
     assert summary["updates"] == 3
     before = files_of(out)
     assert {"summary.json", "samples.jsonl", "updates.jsonl", "events.jsonl", "staleness.json",

@@ -48,10 +48,11 @@ def test_queue_trace_reads_queue_events_only():
 
 def test_busy_spans_are_clipped_to_the_window_and_grouped_by_role():
     events = [
-        {"type": "span", "worker": "rollout", "start": 0.5, "end": 1.5},  # sync: no role
+        {"type": "span", "worker": "rollout0", "role": "rollout", "start": 0.5, "end": 1.5},
         {"type": "span", "worker": "trainer0", "role": "trainer", "start": 1.2, "end": 1.4},
         {"type": "span", "worker": "trainer0", "role": "trainer", "start": 2.5, "end": 3.0},
-        {"type": "span", "worker": "reward", "start": 1.5, "end": 1.6},  # not drawn
+        {"type": "span", "worker": "controller", "role": "controller", "start": 1.5,
+         "end": 1.6},  # not drawn
         {"type": "queues", "t": 1.1},
     ]
     spans = figures.busy_spans(events, start=1.0, end=2.0)

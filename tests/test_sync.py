@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlcore.backend import HFPolicy, TrainBatch
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.records import validate_summary
+from rlcore.rundir import validate_summary
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config
 from tests.qwen_like import build_qwen_like
@@ -68,8 +71,8 @@ class TestRunDirectory:
 
     def test_events_show_alternating_spans(self, run_dir: Path):
         spans = [e for e in read_jsonl(run_dir / "events.jsonl") if e["type"] == "span"]
-        workers = [e["worker"] for e in spans]
-        assert workers == ["rollout", "reward", "trainer"] * 4
+        assert [e["role"] for e in spans] == ["rollout", "controller", "trainer"] * 4
+        assert [e["worker"] for e in spans] == ["rollout0", "controller", "trainer0"] * 4
         assert all(a["end"] <= b["start"] + 1e-9 for a, b in zip(spans, spans[1:], strict=False))
 
     def test_every_trainable_tensor_changed(self, run_dir: Path, tiny_model_dir: Path):
@@ -113,16 +116,67 @@ def test_crash_keeps_previous_complete_run(cfg: RunConfig, tmp_path: Path,
     assert after == before
 
 
-@pytest.mark.parametrize("objective", ["behav_clip", "decoupled", "a3po"])
+OBJECTIVES = ("pg", "behav_clip", "decoupled", "a3po")
+SHIFT = 0.5  # the controlled batch's behaviour log-probs lie 0.5 below the current policy's
+
+
+def off_policy_batch(policy: HFPolicy) -> TrainBatch:
+    """Sampled responses made stale by hand: sampled at version 0, trained at version 2, by
+    a behaviour policy that gave every token 0.5 less log-probability than pi_theta does."""
+    prompts = [policy.encode_prompt(p) for p in ("1+2=", "13+27=", "3+4=", "9+9=")]
+    gens = policy.generate(prompts, max_new_tokens=4, temperature=1.0, chunk_tokens=4,
+                           generator=torch.Generator().manual_seed(0))
+    return TrainBatch(prompt_ids=[g.prompt_ids for g in gens],
+                      response_ids=[g.response_ids for g in gens],
+                      behav_logprobs=[[lp - SHIFT for lp in g.logprobs] for g in gens],
+                      versions=[[0] * len(g.response_ids) for g in gens],
+                      advantages=[1.0, -0.5, 1.0, -0.5])
+
+
+def expected_loss(objective: str, batch: TrainBatch, eps: float) -> float:
+    """The token-mean loss worked out by hand at the first step, where pi_theta is the
+    sampling policy: log(pi_theta/pi_behav) = 0.5 on every token, staleness d = 2."""
+    r = math.exp(SHIFT)  # pi_theta / pi_behav
+    tokens = [(a, lp + SHIFT) for a, resp, lps in zip(batch.advantages, batch.response_ids,
+                                                      batch.behav_logprobs, strict=True)
+              for lp in lps[:len(resp)]]
+
+    def clipped(ratio: float, a: float) -> float:  # -min(ratio A, clip(ratio) A)
+        return -min(ratio * a, min(max(ratio, 1 - eps), 1 + eps) * a)
+
+    per_token = {
+        "pg": lambda a, logp: -a * logp,  # -A log pi_theta
+        "behav_clip": lambda a, logp: clipped(r, a),  # ratio against pi_behav
+        "decoupled": lambda a, logp: r * clipped(1.0, a),  # prox = pi_theta: u = 1
+        # a3po: log prox = (behav + theta) / 2 (alpha = 1/d): prox/behav = u = e^0.25
+        "a3po": lambda a, logp: math.exp(SHIFT / 2) * clipped(math.exp(SHIFT / 2), a),
+    }[objective]
+    return sum(per_token(a, logp) for a, logp in tokens) / len(tokens)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
 def test_every_objective_runs(tiny_model_dir: Path, tmp_path: Path, objective: str):
+    """Each objective trains end to end, and on an off-policy batch gives its own loss,
+    importance weight and clip fraction, each as worked out by hand."""
     cfg = config_from_dict(small_config(tiny_model_dir, train={
         "updates": 2, "update_batch_size": 8, "objective": objective, "minibatches": 2}))
     summary = sync_train(cfg, tmp_path / objective)
-    updates = read_jsonl(tmp_path / objective / "updates.jsonl")
-    assert summary["objective"] == objective
-    assert all("loss/clip_frac" in u and "loss/imp_weight_max" in u for u in updates)
-    if objective == "decoupled":
-        assert all(u["time/prox_recompute_s"] > 0 for u in updates)
+    assert summary["objective"] == objective and summary["updates"] == 2
+
+    eps = cfg.train.clip_eps
+    policy = HFPolicy(dataclasses.replace(cfg.model), dataclasses.replace(cfg.train,
+                                                                           minibatches=1))
+    batch = off_policy_batch(policy)
+    stats = policy.update(batch, temperature=1.0, current_version=2)
+    assert stats["loss"] == pytest.approx(expected_loss(objective, batch, eps), rel=1e-3)
+    weight = math.exp(SHIFT / 2) if objective == "a3po" else math.exp(SHIFT)
+    assert stats["loss/imp_weight_mean"] == pytest.approx(weight, rel=1e-3)
+    # the clipped branch is taken for A > 0 (half the sequences) when the ratio leaves the
+    # trust region: behav_clip's r = e^0.5 and a3po's u = e^0.25 do, pg and decoupled's not
+    clips = objective in ("behav_clip", "a3po")
+    assert (stats["loss/clip_frac"] > 0.2) == clips and (stats["loss/clip_frac"] == 0) != clips
+    others = {o: expected_loss(o, batch, eps) for o in OBJECTIVES if o != objective}
+    assert all(abs(v - stats["loss"]) > 1e-2 for v in others.values()), others
 
 
 def test_qwen_class_model_directory_with_chat_template(tmp_path: Path):

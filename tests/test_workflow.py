@@ -200,14 +200,15 @@ def plan_after_edit(workdir: Path, edit: Callable[[dict], None]) -> dict[str, in
 def test_changing_one_mode_reruns_only_its_runs(pipeline: Path):
     jobs = plan_after_edit(pipeline, lambda d: d["mode_settings"]["areal"]["staleness"].update(
         interrupt="continue"))
-    # the areal run (and its config, eval and the tables) -- nothing of sync, not the base
-    assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1
+    # the areal run (and its config, its eval in the same job, and the tables) -- nothing of
+    # sync, not the base
+    assert jobs.get("run") == 1 and jobs.get("tables") == 1
     assert "base_model" not in jobs
 
 
 def test_adding_a_k_value_adds_only_those_runs(pipeline: Path):
     jobs = plan_after_edit(pipeline, lambda d: d["grid"]["modes"].update(areal=[1, 2]))
-    assert jobs.get("run") == 1 and jobs.get("eval_run") == 1 and jobs.get("tables") == 1
+    assert jobs.get("run") == 1 and jobs.get("tables") == 1
 
 
 @pytest.fixture
@@ -226,13 +227,26 @@ def source_copy(tmp_path: Path) -> Path:
     return copy
 
 
-def plan_with_sources(workdir: Path, sources: Path) -> dict[str, int]:
+def snakemake_with_sources(workdir: Path, sources: Path, *args: str
+                           ) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [str(BIN / "snakemake"), "-s", str(sources / "Snakefile"), "--directory", str(workdir),
-         "--profile", str(PROFILE), "-n"],
+         "--profile", str(PROFILE), *args],
         capture_output=True, text=True, env=ENV, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    return planned_jobs(result)
+    return result
+
+
+def plan_with_sources(workdir: Path, sources: Path) -> dict[str, int]:
+    return planned_jobs(snakemake_with_sources(workdir, sources, "-n"))
+
+
+def params_changed(workdir: Path, sources: Path) -> set[str]:
+    """Outputs whose recorded params (the rules' code digests among them) no longer match:
+    the 'params changed' rows of `--summary` (`--list-changes params` lists every output)."""
+    rows = snakemake_with_sources(workdir, sources, "--summary").stdout.splitlines()
+    return {row.split("\t")[0] for row in rows
+            if len(row.split("\t")) == 6 and row.split("\t")[4] == "params changed"}
 
 
 def append_comment(path: Path) -> None:
@@ -247,9 +261,25 @@ def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path
     append_comment(source_copy / "rlcore" / "analysis.py")
     jobs = plan_with_sources(pipeline, source_copy)
     assert set(jobs) - {"all"} == {"tables", "figures", "trace_figures"}
-    append_comment(source_copy / "rlcore" / "runners" / "areal" / "controller.py")
+    # the asynchronous runner's controller, wherever under rlcore/runners/ it lives
+    append_comment(next((source_copy / "rlcore" / "runners").rglob("controller.py")))
     jobs = plan_with_sources(pipeline, source_copy)
-    assert jobs.get("run") == 2 and jobs.get("eval_run") == 2 and jobs.get("tables") == 1
+    assert jobs.get("run") == 2 and jobs.get("tables") == 1
+
+
+@pytest.mark.parametrize("module", ["evaluation.py", "cli.py"])
+def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_copy: Path,
+                                                          module: str):
+    """eval.json is written by `rlcore run --eval` in the run job: an edit of the evaluation
+    (or of the command that calls it) makes every run, and so its eval.json, stale."""
+    assert params_changed(pipeline, source_copy) == set()
+    append_comment(source_copy / "rlcore" / module)
+    # exactly the run jobs' outputs: both runs' eval.json (and summary.json, the same job)
+    assert params_changed(pipeline, source_copy) == {
+        f"results/runs/{mode}/k{k}/pg/seed0/{name}"
+        for mode, k in (("sync", 0), ("areal", 1)) for name in ("summary.json", "eval.json")}
+    jobs = plan_with_sources(pipeline, source_copy)
+    assert jobs.get("run") == 2 and jobs.get("tables") == 1 and "base_model" not in jobs
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -344,6 +374,7 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     grid = data["grid"]
     runs = sum(len(ks) for ks in grid["modes"].values()) * len(grid["objectives"]) * len(
         grid["seeds"])
-    assert jobs.get("run") == runs and jobs.get("eval_run") == runs
+    assert jobs.get("run") == runs
+    assert result.stdout.count(" --eval ") == runs  # each run job also writes its eval.json
     assert "base_model" not in jobs
     assert "results/paper/tables/table1.csv" in result.stdout

@@ -1,4 +1,13 @@
-"""The three matched runners; they differ only in how rollout and training are scheduled."""
+"""The three matched runners; they differ only in how rollout and training are scheduled.
+
+  sync.py       `sync_train`: generate, reward, update, in turn
+  threaded.py   `async_train`: the asynchronous roles as threads of one process
+  areal.py      `async_areal_style`: the asynchronous roles as spawned processes
+  asynchronous/ what the two asynchronous runners share
+
+Importing this package loads no torch: the CLI takes `WorkerFailed` and `die_with_parent`
+from here before it knows which runner it needs.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config import RunConfig
+from rlcore.runners.asynchronous.health import WorkerFailed, die_with_parent
+
+__all__ = ["WorkerFailed", "die_with_parent", "run_mode"]
 
 
 def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
@@ -18,6 +30,6 @@ def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[s
         from rlcore.runners.threaded import async_train
 
         return async_train(cfg, out_dir, force=force)
-    from rlcore.runners.areal.runtime import async_areal_style
+    from rlcore.runners.areal import async_areal_style
 
     return async_areal_style(cfg, out_dir, force=force)

@@ -15,35 +15,28 @@ import torch
 
 from rlcore.backend import HFPolicy
 from rlcore.config import RunConfig
-from rlcore.records import RunRecorder
+from rlcore.records import IN_PLACE_COMMIT, RunLedger
 from rlcore.reward import RewardPool
-from rlcore.runners.common import (
-    Progress,
-    PromptStream,
-    build_summary,
-    finish_run,
-    preflight,
-    sample_row,
-    set_threads,
-    train_batch,
-    update_row,
-)
+from rlcore.runners.common import Progress, PromptStream, preflight, set_threads, train_batch
 from rlcore.tasks import Task
+
+# Both roles live in this one process; the names its spans and samples carry.
+ROLLOUT, CONTROLLER, TRAINER = "rollout0", "controller", "trainer0"
 
 
 def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
     """Run the synchronous loop for cfg.train.updates updates; returns the summary."""
     train_tasks = preflight(cfg)
-    rec = RunRecorder(out_dir, force=force)
+    ledger = RunLedger(cfg, out_dir, force=force)
     rewards = RewardPool(cfg.reward)
     try:
-        return _run(cfg, rec, train_tasks, rewards)
+        return _run(cfg, ledger, train_tasks, rewards)
     finally:
         rewards.close()
-        rec.close()
+        ledger.close()
 
 
-def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task], rewards: RewardPool
+def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: RewardPool
          ) -> dict[str, Any]:
     set_threads(cfg)
     torch.manual_seed(cfg.seed)
@@ -55,53 +48,46 @@ def _run(cfg: RunConfig, rec: RunRecorder, train_tasks: list[Task], rewards: Rew
     stream = PromptStream(train_tasks, cfg.seed)
     ro, groups = cfg.rollout, cfg.train.update_batch_size // cfg.rollout.group_size
     progress = Progress(cfg)
-    samples: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    busy = {"rollout": 0.0, "reward": 0.0, "trainer": 0.0}
-    token_staleness: dict[str, list[int]] = {"accepted": []}
-    tokens = 0  # counted by the sampler, independently of the sample rows
+    waiting_for_data = 0.0  # the trainer idles while the batch is generated and scored
 
-    rec.start_clock()
-    rec.event("run_start", cold_start_s=cold_start_s)
+    ledger.start_clock()
+    ledger.event("run_start", cold_start_s=cold_start_s)
     for version in range(cfg.train.updates):
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
-        t0 = rec.now()
+        t0 = ledger.now()
         sampler = policy.sampler([policy.encode_prompt(p.task.prompt) for p in prompts],
                                  max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
                                  generator=gen, version=version)
         while not sampler.done:
-            tokens += sampler.step(ro.chunk_tokens)
+            ledger.count_tokens(sampled=sampler.step(ro.chunk_tokens))
         gens = sampler.gens
-        t1 = rec.now()
-        rec.event("span", worker="rollout", start=t0, end=t1)
-        rows = []
+        t1 = ledger.now()
+        ledger.span("rollout", ROLLOUT, t0, t1, samples=len(gens))
         texts = [policy.decode_response(g.response_ids) for g in gens]
         results = rewards.map(zip(texts, [p.task for p in prompts], strict=True))
-        for p, g, text, result in zip(prompts, gens, texts, results, strict=True):
-            row = sample_row(len(samples), p, g, {"response": text, **result}, version,
-                             "accepted", t_emit=t1)
-            samples.append(row)
-            rows.append(row)
-            rec.sample(row)
-            token_staleness["accepted"] += [version - v for v in g.versions]
-        t2 = rec.now()
-        rec.event("span", worker="reward", start=t1, end=t2)
-        stats = policy.update(train_batch(rows, gens, cfg), temperature=ro.temperature,
-                              current_version=version)
-        t3 = rec.now()
-        rec.event("span", worker="trainer", start=t2, end=t3)
-        rec.event("version_change", old_version=version, new_version=version + 1)
-        up = update_row(version + 1, version, rows, stats, t_commit=t3)
-        updates.append(up)
-        rec.update(up)
-        busy["rollout"] += t1 - t0
-        busy["reward"] += t2 - t1
-        busy["trainer"] += t3 - t2
-        progress(version + 1, up["pass_rate"], tokens, t3)
+        ids = [ledger.arrive(p, g, {"response": text, **result}, current_version=version,
+                             attempt=0, worker=ROLLOUT, t_emit=t1)
+               for p, g, text, result in zip(prompts, gens, texts, results, strict=True)]
+        rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version)
+                for i in ids]
+        t2 = ledger.now()
+        ledger.span("controller", CONTROLLER, t1, t2, samples=len(rows))
+        waiting_for_data += t2 - t0
+        batch = train_batch([r["reward"] for r in rows], [p.group_id for p in prompts], gens,
+                            cfg)
+        stats = policy.update(batch, temperature=ro.temperature, current_version=version)
+        t3 = ledger.now()
+        ledger.span("trainer", TRAINER, t2, t3, samples=len(rows))
+        ledger.event("version_change", old_version=version, new_version=version + 1,
+                     batch_id=version, trainer=0)
+        up = ledger.record_update(version + 1, version, ids, {**stats, **IN_PLACE_COMMIT},
+                                  t_commit=t3)
+        progress(version + 1, up["pass_rate"], ledger.tokens["trained"], t3)
 
-    wall_s = rec.now()
-    summary = build_summary(cfg, samples=samples, updates=updates, wall_s=wall_s,
-                            cold_start_s=cold_start_s, busy=busy, overlap_s=0.0,
-                            tokens_sampled=tokens)
-    return finish_run(rec, policy, cfg, summary, samples, token_staleness,
-                      {"devices": {"rollout": str(policy.device), "trainer": str(policy.device)}})
+    device = str(policy.device)
+    return ledger.finish(
+        policy, wall_s=ledger.now(), cold_start_s=cold_start_s,
+        waits={"trainer_data_s": waiting_for_data, "trainer_ratio_s": 0.0,
+               "rollout_throttle_s": 0.0, "rollout_ratio_s": 0.0},
+        placement={"cpus": {}, "unpinned_reason": "sync runs both roles in one thread"},
+        devices={"rollout": device, "trainer": device})

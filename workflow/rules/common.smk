@@ -17,10 +17,19 @@ config["run"] = config_from_dict(config["run"]).to_dict()
 R = config["results"]  # every output lives below this directory
 
 SOURCES = Path(workflow.basedir)
-# Sources that only read finished runs: editing them must not make the runs stale.
-ANALYSIS_SOURCES = ("analysis.py", "figures.py", "bench.py", "cli.py")
+# What a run job's results (summary.json and eval.json) depend on, for `rule run`'s digest.
+# The rule: every module of the package (rlcore/**/*.py, found by a glob so that moved or new
+# files count without an edit here) and the task data it ships, EXCEPT the modules that only
+# read finished runs (tables, figures, the benchmark), so that editing those reruns only the
+# tables and figures. cli.py (`rlcore run --eval`) and evaluation.py write eval.json: runtime.
+ANALYSIS_SOURCES = ("rlcore/analysis.py", "rlcore/figures.py", "rlcore/bench.py")
 RUNTIME_SOURCES = sorted(
-    p for p in (SOURCES / "rlcore").rglob("*.py") if p.name not in ANALYSIS_SOURCES
+    p
+    for p in (
+        *(SOURCES / "rlcore").rglob("*.py"),
+        *(SOURCES / "rlcore").glob("data/**/*.jsonl"),
+    )
+    if p.relative_to(SOURCES).as_posix() not in ANALYSIS_SOURCES
 )
 
 
@@ -166,17 +175,6 @@ def figure(name, subcategory):
         caption=f"../../reports/{name}.rst",
         category="Figures",
         subcategory=subcategory,
-    )
-
-
-def evaluate_into_log(run_dir, log_file):
-    """Score a run on the held-out split (`rlcore eval`), writing its line to the log."""
-    from rlcore.evaluation import evaluate_run
-
-    result, out = evaluate_run(Path(run_dir))
-    Path(log_file).write_text(
-        f"sampled pass {result['sampled_pass_rate']:.3f}, greedy pass "
-        f"{result['greedy_pass_rate']:.3f} -> {out}\n"
     )
 
 

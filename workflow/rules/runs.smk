@@ -12,11 +12,15 @@ rule run_config:
 
 
 rule run:
+    # Trains, then scores the final policy on the held-out split (`--eval`, eval.json) in the
+    # same process on the same GPUs: torch and the run's device are already set up, and the
+    # Snakemake process itself never imports torch. RUNTIME_SOURCES covers both steps.
     input:
         config=f"{R}/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.json",
         base=base_input,
     output:
         summary=f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
+        eval=f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/eval.json",
     log:
         f"{R}/logs/runs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.log",
     conda:
@@ -29,4 +33,5 @@ rule run:
     # exec: rlcore replaces the shell and becomes Snakemake's own child, so that with
     # --exit-with-parent a killed Snakemake takes the run (and its workers) with it.
     shell:
-        "exec rlcore run {input.config} --out {params.run_dir} --force --exit-with-parent > {log} 2>&1"
+        "exec rlcore run {input.config} --out {params.run_dir} --force --eval "
+        "--exit-with-parent > {log} 2>&1"

@@ -1,5 +1,15 @@
-"""`async_areal_style`: the AReaL-style runtime (paper §3-4), one module per role.
+"""What the two asynchronous runners share: roles, messages, staleness control, life cycle.
 
-runtime.py (processes, barrier, shutdown), controller.py, rollout.py, trainer.py,
-param_service.py, and protocol.py for the messages between them.
+  runtime.py        the life cycle of a run: launch, ready barrier, drive, stop
+  vehicles.py       what carries the roles: spawned processes (AReaL-style) or threads
+  interfaces.py     the Protocols a role sees (queues, flags, counters, its context)
+  messages.py       the picklable messages between the roles
+  controller.py     dispatch, reward, the staleness rules (rlcore/staleness.py), batching
+  rollout.py        the rollout worker: chunked generation, interrupts
+  trainer.py        the trainer worker: updates proposed for commit
+  param_service.py  the one writer of the policy and its version clock
+  placement.py      CPU cores for the heavy roles
+  health.py         failing fast, and leaving no process behind
+
+The entry points, `runners/areal.py` and `runners/threaded.py`, each pick a vehicle.
 """

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from rlcore.runners.areal.protocol import (
+from rlcore.runners.asynchronous.interfaces import LockedArray, WorkerContext
+from rlcore.runners.asynchronous.messages import (
     CommitAck,
     CommitRequest,
     Ready,
@@ -48,7 +48,7 @@ class WeightSlots:
     write or a read is one multi-tensor copy and a few counter updates.
     """
 
-    def __init__(self, spec: ParamSpec, n_slots: int, ctx: Any, shared: bool):
+    def __init__(self, spec: ParamSpec, n_slots: int, state: LockedArray, shared: bool):
         def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
             t = torch.empty(shape, dtype=dtype)
             return t.share_memory_() if shared else t
@@ -57,7 +57,9 @@ class WeightSlots:
         self.slots = [[alloc(s, d) for _, s, d in spec] for _ in range(n_slots)]
         # One shared array: [current slot, policy version, seq of slot 0, seq of slot 1, ...].
         # A slot's seq is odd while it is being written.
-        self._state = ctx.Array("q", 2 + n_slots)
+        if len(state) != 2 + n_slots:
+            raise ValueError(f"{n_slots} slots need a state array of {2 + n_slots}")
+        self._state = state
         self._state[1] = -1  # nothing published yet: readers wait for the service's first write
         self._lock = self._state.get_lock()  # also the memory barrier around every copy
 
@@ -152,7 +154,7 @@ def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
                       ack.reason, stats, ack.t, req.t_start, commit_s)
 
 
-def param_service_main(ctx: Any) -> None:
+def param_service_main(ctx: WorkerContext) -> None:
     """Process entry: load the initial weights into slot 0, then serve commits until None."""
     from rlcore.backend import check_model_dir, load_model
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import queue
 import time
 from collections import deque
-from typing import Any
 
 import torch
 
-from rlcore.backend import ChunkedSampler, HFPolicy
-from rlcore.runners.areal.protocol import (
+from rlcore.backend import HFPolicy
+from rlcore.runners.asynchronous.interfaces import WorkerContext
+from rlcore.runners.asynchronous.messages import (
     Event,
     InterruptedMsg,
     PromptSlot,
@@ -29,12 +29,13 @@ from rlcore.runners.areal.protocol import (
     SampleMsg,
     Stopped,
 )
+from rlcore.sampler import ChunkedSampler
 
 
 class PromptFeed:
     """Prompts arrive as lists (one message per group); generation takes up to `limit`."""
 
-    def __init__(self, ctx: Any, limit: int):
+    def __init__(self, ctx: WorkerContext, limit: int):
         self.ctx, self.limit = ctx, limit
         self.held: deque[PromptSlot] = deque()
 
@@ -55,7 +56,7 @@ class PromptFeed:
         return [self.held.popleft() for _ in range(n)]
 
 
-def rollout_main(ctx: Any) -> None:
+def rollout_main(ctx: WorkerContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, generate until told to stop."""
     cfg, ro = ctx.cfg, ctx.cfg.rollout
     t_load = time.monotonic()

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import queue
 import time
-from typing import Any
 
 from rlcore.backend import HFPolicy
-from rlcore.runners.areal.protocol import (
+from rlcore.runners.asynchronous.interfaces import WorkerContext
+from rlcore.runners.asynchronous.messages import (
     CommitAck,
     CommitRequest,
     Ready,
@@ -33,7 +33,7 @@ from rlcore.runners.areal.protocol import (
 class Trainer:
     """One trainer role: its policy, its staging slot and its pending commit."""
 
-    def __init__(self, ctx: Any):
+    def __init__(self, ctx: WorkerContext):
         self.ctx, self.cfg = ctx, ctx.cfg
         self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device)
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
@@ -100,7 +100,7 @@ class Trainer:
                                  self.version, reason, stats, time.monotonic(), t_start))
 
 
-def trainer_main(ctx: Any) -> None:
+def trainer_main(ctx: WorkerContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, train until a None request."""
     t_load = time.monotonic()
     trainer = Trainer(ctx)
@@ -111,7 +111,7 @@ def trainer_main(ctx: Any) -> None:
     ctx.inbox.put(Stopped(ctx.name))
 
 
-def _wait_ack(ctx: Any) -> CommitAck | None:
+def _wait_ack(ctx: WorkerContext) -> CommitAck | None:
     """The parameter service's answer; None if the run is stopping and none came in 5 s
     (the service is gone: a failed run being torn down)."""
     waited = 0.0

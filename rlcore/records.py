@@ -1,0 +1,371 @@
+"""The run ledger: the one owner of what a run records, in every mode.
+
+Runners only schedule; every fact they learn goes through a `RunLedger` call, which writes it
+in the one vocabulary `docs/metrics.md` defines:
+
+  samples   `arrive` opens a sample when it is scored; `settle` decides its fate (accepted,
+            trained in a batch or not, dropped as stale) and records the row, final from then
+            on; `drop_interrupted` records a slot whose last attempt was interrupted;
+  updates   `record_update`, one row per applied commit, computed from its settled samples;
+  events    `event`, checked against `EVENT_FIELDS`; `span` and `busy` time the roles;
+  tokens    `count_tokens` from the samplers, so the token ledger is a real check;
+  summary   `finish` derives summary.json, staleness.json and config.json from the above
+            and hands them to the run directory (`rlcore/rundir.py`), summary.json last.
+
+Times are on the measured clock: seconds since every worker was ready (`start_clock`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlcore import metrics
+from rlcore.backend import HFPolicy
+from rlcore.config import RunConfig
+from rlcore.rundir import RunDirectory, environment_info
+from rlcore.runners.common import Prompt
+from rlcore.sampler import Generation
+from rlcore.sandbox import detect_isolation
+from rlcore.staleness import rollout_version, staleness, token_staleness
+
+SAMPLE_STATUSES = ("accepted", "dropped_stale", "dropped_interrupted")
+ROLES = ("rollout", "controller", "trainer")
+
+# Every event type and the fields it carries (besides `t` and `type`), in every mode.
+EVENT_FIELDS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
+    "run_start": ("cold_start_s",),
+    "worker_ready": ("worker", "pid", "device", "load_s", "cpus"),
+    "span": ("role", "worker", "start", "end", "samples"),
+    "queues": ("prompt_queue", "sample_queue", "generating", "replay_buffer",
+               "trainer_queue", "version"),
+    "version_change": ("old_version", "new_version", "batch_id", "trainer"),
+    "commit_skipped": ("version", "batch_id", "trainer", "reason"),
+    "update_skipped": ("batch_id", "trainer", "reason"),
+    "rollout_interrupt": ("worker", "old_version", "new_version", "policy"),
+    "interrupted_attempt": ("worker", "group_id", "attempt", "tokens"),
+    "resubmission": ("group_id", "attempt"),
+    "weight_reload": ("worker", "version", "reload_s"),
+}.items()}
+
+# The commit timings of an update applied in place, where no weights move (sync): zero.
+IN_PLACE_COMMIT = {"time/weight_write_s": 0.0, "time/commit_latency_s": 0.0,
+                   "time/commit_s": 0.0}
+
+
+@dataclass
+class _OpenSample:
+    """A scored sample whose fate is not decided yet (its row is not written)."""
+
+    prompt: Prompt
+    gen: Generation
+    scored: dict[str, Any]
+    staleness_at_arrival: int
+    attempt: int
+    worker: str
+    t_emit: float
+
+
+class RunLedger:
+    """Records one run into its directory; see the module docstring for the vocabulary."""
+
+    def __init__(self, cfg: RunConfig, out_dir: str | Path, force: bool = False):
+        self.cfg = cfg
+        self.dir = RunDirectory(out_dir, force=force)
+        self.t0 = time.monotonic()
+        self.samples: list[dict[str, Any]] = []
+        self.updates: list[dict[str, Any]] = []
+        self._open: dict[int, _OpenSample] = {}
+        self._rows: dict[int, dict[str, Any]] = {}
+        self._next_id = 0
+        self.spans: dict[str, list[tuple[float, float]]] = {r: [] for r in ROLES}
+        self._untraced = dict.fromkeys(ROLES, 0.0)
+        self.event_counts = dict.fromkeys(EVENT_FIELDS, 0)
+        self.reload_s: list[float] = []
+        self.token_staleness: dict[str, list[int]] = {"accepted": [], "dropped_stale": []}
+        self.tokens = {"sampled": 0, "reprefilled": 0, "abandoned": 0, "interrupted": 0,
+                       "trained": 0}
+
+    # --- clock ---------------------------------------------------------------------------
+    def start_clock(self, t0: float | None = None) -> None:
+        """Start the measured clock (after every worker has loaded its model).
+
+        time.monotonic() is CLOCK_MONOTONIC on Linux, one clock for every process, so worker
+        timestamps can be placed on it (`on_clock`).
+        """
+        self.t0 = time.monotonic() if t0 is None else t0
+
+    def now(self) -> float:
+        """Seconds since the measured clock started."""
+        return time.monotonic() - self.t0
+
+    def on_clock(self, t: float) -> float:
+        """An absolute time.monotonic() reading (from any process) on the measured clock."""
+        return t - self.t0
+
+    # --- samples -------------------------------------------------------------------------
+    def arrive(self, prompt: Prompt, gen: Generation, scored: dict[str, Any], *,
+               current_version: int, attempt: int, worker: str, t_emit: float) -> int:
+        """Open a scored sample (its staleness taken now, on arrival); returns its id."""
+        sample_id = self._next_id
+        self._next_id += 1
+        v = rollout_version(gen.versions, current_version)
+        self._open[sample_id] = _OpenSample(prompt, gen, scored, staleness(current_version, v),
+                                            attempt, worker, t_emit)
+        return sample_id
+
+    def settle(self, sample_id: int, status: str, *, current_version: int,
+               batch_id: int | None = None) -> dict[str, Any]:
+        """Decide an open sample's fate and record its row: `accepted` (trained in
+        `batch_id`, or never trained when None) or `dropped_stale`, against `current_version`."""
+        s = self._open.pop(sample_id)
+        g = s.gen
+        v = rollout_version(g.versions, current_version)
+        row = {
+            "sample_id": sample_id,
+            "task_id": s.prompt.task.task_id,
+            "group_id": s.prompt.group_id,
+            "attempt": s.attempt,
+            "worker": s.worker,
+            "policy_version": v,  # of the oldest token: see rlcore/staleness.py
+            "policy_version_max": max(g.versions) if g.versions else current_version,
+            "current_version": current_version,
+            "staleness": staleness(current_version, v),
+            "staleness_at_arrival": s.staleness_at_arrival,
+            "status": status,
+            "batch_id": batch_id,
+            "reward": s.scored["reward"],
+            "pass": s.scored["pass"],
+            "response": s.scored["response"],
+            "response_tokens": len(g.response_ids),
+            "finished": g.finished,
+            "logprob_sum": sum(g.logprobs),
+            # code tasks: how many tests passed, and the first failure (None when all passed)
+            **{k: s.scored[k] for k in ("tests_passed", "error") if k in s.scored},
+            "t_emit": s.t_emit,
+        }
+        if status == "dropped_stale":
+            self.token_staleness["dropped_stale"] += token_staleness(current_version, g.versions)
+        elif batch_id is not None:
+            self.token_staleness["accepted"] += token_staleness(current_version, g.versions)
+        self._record_sample(row)
+        return row
+
+    def interrupted_attempt(self, *, worker: str, group_id: int, attempt: int, tokens: int,
+                            t: float) -> None:
+        """An attempt abandoned because the policy moved (`interrupt: resubmit`)."""
+        self.tokens["interrupted"] += tokens
+        self.event("interrupted_attempt", t=t, worker=worker, group_id=group_id,
+                   attempt=attempt, tokens=tokens)
+
+    def drop_interrupted(self, prompt: Prompt, *, attempt: int, tokens: int, old_version: int,
+                         new_version: int, worker: str, t_emit: float) -> None:
+        """The row of a slot whose last allowed attempt was interrupted: no response."""
+        sample_id = self._next_id
+        self._next_id += 1
+        self._record_sample({
+            "sample_id": sample_id, "task_id": prompt.task.task_id,
+            "group_id": prompt.group_id, "attempt": attempt, "worker": worker,
+            "policy_version": old_version, "policy_version_max": old_version,
+            "current_version": new_version, "staleness": None, "staleness_at_arrival": None,
+            "status": "dropped_interrupted", "batch_id": None, "reward": 0.0, "pass": False,
+            "response": None, "response_tokens": tokens, "finished": False,
+            "logprob_sum": None, "t_emit": t_emit,
+        })
+
+    def _record_sample(self, row: dict[str, Any]) -> None:
+        self.samples.append(row)
+        self._rows[row["sample_id"]] = row
+
+    # --- updates -------------------------------------------------------------------------
+    def record_update(self, version: int, batch_id: int, sample_ids: Sequence[int],
+                      stats: dict[str, float], t_commit: float) -> dict[str, Any]:
+        """One line of updates.jsonl: the applied commit that produced `version`."""
+        rows = [self._rows[i] for i in sample_ids]
+        row = {
+            "version": version,
+            "batch_id": batch_id,
+            "sample_ids": list(sample_ids),
+            "reward_mean": sum(r["reward"] for r in rows) / len(rows),
+            "pass_rate": sum(r["pass"] for r in rows) / len(rows),
+            "staleness_mean": sum(r["staleness"] for r in rows) / len(rows),
+            "staleness_max": max(r["staleness"] for r in rows),
+            "tokens": sum(r["response_tokens"] for r in rows),
+            **stats,
+            "t_commit": t_commit,
+        }
+        self.updates.append(row)
+        self.tokens["trained"] += row["tokens"]
+        self.dir.write("updates", row)
+        return row
+
+    # --- events and time -----------------------------------------------------------------
+    def event(self, kind: str, t: float | None = None, **fields: Any) -> None:
+        """One line of events.jsonl; `t` on the measured clock (now if None)."""
+        if fields.keys() != EVENT_FIELDS[kind]:
+            raise ValueError(f"event '{kind}' carries {sorted(fields)}, the vocabulary says "
+                             f"{sorted(EVENT_FIELDS[kind])}")
+        self.event_counts[kind] += 1
+        if kind == "weight_reload":
+            self.reload_s.append(fields["reload_s"])
+        self.dir.write("events", {"t": self.now() if t is None else t, "type": kind, **fields})
+
+    def span(self, role: str, worker: str, start: float, end: float, samples: int) -> None:
+        """A busy span of one worker of a role (measured clock), for the trace and busy time."""
+        self.spans[role].append((start, end))
+        self.event("span", t=end, role=role, worker=worker, start=start, end=end,
+                   samples=samples)
+
+    def busy(self, role: str, seconds: float) -> None:
+        """Busy time too fine-grained to trace as spans (the controller's handlers)."""
+        self._untraced[role] += seconds
+
+    def busy_s(self, role: str) -> float:
+        return sum(e - s for s, e in metrics.merge_spans(self.spans[role])) \
+            + self._untraced[role]
+
+    def count_tokens(self, *, sampled: int = 0, reprefilled: int = 0, abandoned: int = 0
+                     ) -> None:
+        """Tokens as the samplers counted them: sampled, recomputed by a re-prefill, and cut
+        off unfinished by the end of the run."""
+        self.tokens["sampled"] += sampled
+        self.tokens["reprefilled"] += reprefilled
+        self.tokens["abandoned"] += abandoned
+
+    # --- the end -------------------------------------------------------------------------
+    def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
+               waits: dict[str, float], placement: dict[str, Any],
+               devices: dict[str, str]) -> dict[str, Any]:
+        """Save the final policy and finalize the run directory (summary.json last)."""
+        if self._open:
+            raise RuntimeError(f"{len(self._open)} samples were never settled")
+        summary = build_summary(self, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
+                                placement=placement)
+        cfg = self.cfg
+        if cfg.runtime.save_policy:
+            policy.save(self.dir.stage_dir("policy"))
+        base_info = Path(cfg.model.path) / "rlcore_base.json"
+        config_json = {
+            "config": cfg.to_dict(),
+            "environment": environment_info(),
+            "base_model": json.loads(base_info.read_text()) if base_info.is_file() else None,
+            "devices": devices,
+        }
+        if any("tests_passed" in s for s in self.samples):  # code was run: say what isolated it
+            config_json["sandbox"] = detect_isolation(cfg.reward).describe()
+        self.dir.finalize(summary, self.samples,
+                          {"staleness.json": staleness_stats(self), "config.json": config_json},
+                          dirs=("policy",) if cfg.runtime.save_policy else ())
+        return summary
+
+    def close(self) -> None:
+        self.dir.close()
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
+                  waits: dict[str, float], placement: dict[str, Any]) -> dict[str, Any]:
+    """summary.json of a finished run, from the ledger's rows, spans and counts.
+
+    `tokens.generated` is counted by the samplers themselves, so the token ledger
+    generated = trained + stale_dropped + interrupted + untrained is a real check.
+    """
+    cfg, samples, updates = led.cfg, led.samples, led.updates
+    trained_ids = {i for u in updates for i in u["sample_ids"]}
+    by_status = {s: [r for r in samples if r["status"] == s] for s in SAMPLE_STATUSES}
+    accepted = by_status["accepted"]
+    trained = [r for r in accepted if r["sample_id"] in trained_ids]
+    untrained = [r for r in accepted if r["sample_id"] not in trained_ids]
+    generated = led.tokens["sampled"]
+    total_reward = sum(r["reward"] for r in samples if r["status"] != "dropped_interrupted")
+    pass_curve = [u["pass_rate"] for u in updates]
+    emitted = len(samples) - len(by_status["dropped_interrupted"])
+    rollout, trainer = (metrics.merge_spans(led.spans[r]) for r in ("rollout", "trainer"))
+
+    def per_s(n: float) -> float:
+        return n / wall_s if wall_s else 0.0
+
+    write = _mean([u["time/weight_write_s"] for u in updates])
+    commit = _mean([u["time/commit_latency_s"] for u in updates])
+    reload = _mean(led.reload_s)
+    return {
+        "schema_version": 1,
+        "mode": cfg.mode,
+        "objective": cfg.train.objective,
+        "staleness_k": cfg.staleness.staleness_k,
+        "seed": cfg.seed,
+        "updates": len(updates),
+        "policy_version": updates[-1]["version"] if updates else 0,
+        "samples": {
+            "generated": len(samples),
+            "accepted": len(accepted),
+            "trained": len(trained),
+            "dropped_stale": len(by_status["dropped_stale"]),
+            "dropped_interrupted": len(by_status["dropped_interrupted"]),
+            "resubmissions": led.event_counts["resubmission"],
+        },
+        "tokens": {
+            "generated": generated,
+            "trained": sum(r["response_tokens"] for r in trained),
+            "stale_dropped": sum(r["response_tokens"] for r in by_status["dropped_stale"]),
+            "interrupted": led.tokens["interrupted"],
+            "untrained": sum(r["response_tokens"] for r in untrained)
+            + led.tokens["abandoned"],
+            "reprefilled": led.tokens["reprefilled"],
+        },
+        "time": {
+            "wall_s": wall_s,
+            "cold_start_s": cold_start_s,
+            "rollout_busy_s": led.busy_s("rollout"),
+            "controller_busy_s": led.busy_s("controller"),
+            "trainer_busy_s": led.busy_s("trainer"),
+            "overlap_frac": min(1.0, per_s(metrics.overlap_seconds(rollout, trainer))),
+        },
+        "metrics": {
+            "train_pass_rate": sum(r["pass"] for r in trained) / max(len(trained), 1),
+            "train_pass_rate_final": metrics.moving_average(pass_curve, cfg.eval.window)[-1]
+            if pass_curve else 0.0,
+            "reward_per_1k_tokens": metrics.reward_per_1k_tokens(total_reward, generated),
+            "threshold": cfg.eval.threshold,
+            "time_to_threshold_s": metrics.time_to_threshold(
+                [u["t_commit"] for u in updates], pass_curve, cfg.eval.threshold,
+                cfg.eval.window),
+            "samples_per_s": per_s(len(samples)),
+            "accepted_samples_per_s": per_s(len(accepted)),
+            "tokens_per_s": per_s(generated),
+            "acceptance_rate": len(accepted) / emitted if emitted else 0.0,
+        },
+        "staleness": {
+            "mean_accepted": sum(r["staleness"] for r in accepted) / max(len(accepted), 1),
+            "max_accepted": max((r["staleness"] for r in accepted), default=0),
+        },
+        "scheduling": {
+            "skipped_commits": led.event_counts["update_skipped"],
+            "waits": waits,
+            "controller_ms_per_sample": 1000 * led.busy_s("controller") / max(len(samples), 1),
+            "weight_sync": {"write_s": write, "commit_latency_s": commit, "reload_s": reload,
+                            "per_version_s": write + commit + reload,
+                            "reloads": len(led.reload_s)},
+            "placement": placement,
+        },
+    }
+
+
+def staleness_stats(led: RunLedger) -> dict[str, Any]:
+    """staleness.json: histograms per sample (accepted, dropped as stale) and per token
+    (of trained samples at their update's base version, and of stale-dropped ones)."""
+    return {
+        "per_sample": {
+            status: metrics.histogram(r["staleness"] for r in led.samples
+                                      if r["status"] == status)
+            for status in ("accepted", "dropped_stale")
+        },
+        "per_token": {k: metrics.histogram(v) for k, v in led.token_staleness.items()},
+    }

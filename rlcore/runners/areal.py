@@ -1,0 +1,20 @@
+"""`async_areal_style`: the AReaL-style runtime (paper §3-4).
+
+Every role (rollout worker, trainer, parameter service) in its own spawned process, weights
+in shared memory, the controller in this one; see `runners/asynchronous/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlcore.config import RunConfig
+from rlcore.runners.asynchronous.runtime import run_async
+from rlcore.runners.asynchronous.vehicles import Processes
+
+
+def async_areal_style(cfg: RunConfig, out_dir: str | Path, force: bool = False
+                      ) -> dict[str, Any]:
+    """The paper's `async_areal_style`; returns the summary."""
+    return run_async(cfg, out_dir, force, Processes())

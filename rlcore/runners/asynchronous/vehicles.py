@@ -1,0 +1,167 @@
+"""The two vehicles that carry the asynchronous roles: spawned processes, or threads.
+
+`Processes` is the AReaL-style runtime (paper §3): every role in its own process, started with
+the `spawn` context so that each builds its own CUDA context, weights in shared memory.
+`Threads` is the threaded baseline: the same roles as threads of one process, where Python's
+GIL serialises their Python work, which is the point of the comparison.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import sys
+import threading
+import traceback
+from typing import Any
+
+import torch
+import torch.multiprocessing as torch_mp
+
+from rlcore.runners.asynchronous.health import die_with_parent
+from rlcore.runners.asynchronous.interfaces import (
+    Counters,
+    Ends,
+    Flag,
+    LockedArray,
+    Queue,
+    Role,
+    WorkerContext,
+)
+from rlcore.runners.asynchronous.messages import WorkerError
+
+
+def _run_role(fn: Role, ctx: WorkerContext) -> bool:
+    try:
+        fn(ctx)
+        return True
+    except BaseException:  # noqa: BLE001 - any failure must reach the main process
+        ctx.inbox.put(WorkerError(ctx.name, traceback.format_exc()))
+        return False
+
+
+def _process_entry(fn: Role, ctx: WorkerContext) -> None:
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        die_with_parent(parent.pid)
+    if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
+        os.sched_setaffinity(0, ctx.cpus)
+    torch.set_num_threads(ctx.cfg.runtime.threads_per_role)
+    if not _run_role(fn, ctx):
+        sys.exit(1)
+
+
+def _thread_entry(fn: Role, ctx: WorkerContext) -> None:
+    if ctx.cpus is not None:  # on Linux the affinity of pid 0 is the calling thread's
+        os.sched_setaffinity(0, ctx.cpus)
+    _run_role(fn, ctx)
+
+
+class PipeQueue:
+    """A queue over one pipe with no feeder thread (a `SimpleQueue` with timeouts).
+
+    `multiprocessing.Queue` pickles in a background thread of the sender; on a two-core
+    machine that thread fights its own process for the GIL on every message. Here `put`
+    pickles and writes in the caller. Each queue has one consumer, except the prompt queue,
+    whose rollout workers are woken with empty messages at shutdown.
+    """
+
+    def __init__(self, mp: Any):
+        self._q = mp.SimpleQueue()
+
+    def put(self, obj: Any) -> None:
+        self._q.put(obj)
+
+    def get(self, timeout: float | None = None) -> Any:
+        if timeout is not None and not self._q._reader.poll(timeout):
+            raise queue.Empty
+        return self._q.get()
+
+    def get_nowait(self) -> Any:
+        return self.get(timeout=0)
+
+    def empty(self) -> bool:
+        return self._q.empty()
+
+
+class Processes:
+    """The `spawn` vehicle: one process per role, weights in shared memory."""
+
+    processes = True
+
+    def __init__(self) -> None:
+        self.mp = torch_mp.get_context("spawn")
+        self.handles: dict[str, Any] = {}
+
+    def queue(self) -> Queue:
+        return PipeQueue(self.mp)
+
+    def flag(self) -> Flag:
+        return self.mp.Event()
+
+    def counters(self, n: int) -> Counters:
+        return self.mp.Array("q", n, lock=False)
+
+    def locked_array(self, n: int) -> LockedArray:
+        return self.mp.Array("q", n)
+
+    def start(self, name: str, fn: Role, ctx: WorkerContext) -> None:
+        p = self.mp.Process(target=_process_entry, args=(fn, ctx), name=name, daemon=True)
+        p.start()
+        self.handles[name] = p
+
+    def dead(self) -> dict[str, str]:
+        """Workers that have exited, with how."""
+        out = {}
+        for name, p in self.handles.items():
+            code = p.exitcode
+            if code is not None:
+                how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                out[name] = f"pid {p.pid}, {how}"
+        return out
+
+    def end_all(self, ends: Ends) -> None:
+        """SIGKILL whatever is still running. Nothing is sent first: a worker killed while
+        holding a queue's or an event's lock would leave that put or set() blocked forever."""
+        for p in self.handles.values():
+            if p.is_alive():
+                p.kill()
+        for p in self.handles.values():
+            p.join(timeout=5)
+
+
+class Threads:
+    """The threaded vehicle: one thread per role in this process."""
+
+    processes = False
+
+    def __init__(self) -> None:
+        self.handles: dict[str, threading.Thread] = {}
+
+    def queue(self) -> Queue:
+        return queue.Queue()
+
+    def flag(self) -> Flag:
+        return threading.Event()
+
+    def counters(self, n: int) -> Counters:
+        return [0] * n
+
+    def locked_array(self, n: int) -> LockedArray:
+        return multiprocessing.Array("q", n)  # works in-process too, and brings its lock
+
+    def start(self, name: str, fn: Role, ctx: WorkerContext) -> None:
+        t = threading.Thread(target=_thread_entry, args=(fn, ctx), name=name, daemon=True)
+        t.start()
+        self.handles[name] = t
+
+    def dead(self) -> dict[str, str]:
+        return {n: "thread ended" for n, t in self.handles.items() if not t.is_alive()}
+
+    def end_all(self, ends: Ends) -> None:
+        """Threads cannot be killed: set the events and send the sentinels that end them."""
+        ends.stop_evt.set()
+        ends.start_evt.set()  # release anyone still at the barrier
+        for q in [*ends.trainer_qs, ends.commit_q]:
+            q.put(None)
