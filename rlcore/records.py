@@ -70,6 +70,37 @@ class _OpenSample:
     t_emit: float
 
 
+def _sample_row(sample_id: int, prompt: Prompt, *, attempt: int, worker: str,
+                policy_version: int, policy_version_max: int, current_version: int,
+                staleness: int | None, staleness_at_arrival: int | None, status: str,
+                batch_id: int | None, scored: dict[str, Any], response_tokens: int,
+                finished: bool, logprob_sum: float | None, t_emit: float) -> dict[str, Any]:
+    """One line of samples.jsonl: its fields and their order, for every status."""
+    return {
+        "sample_id": sample_id,
+        "task_id": prompt.task.task_id,
+        "group_id": prompt.group_id,
+        "attempt": attempt,
+        "worker": worker,
+        "policy_version": policy_version,
+        "policy_version_max": policy_version_max,
+        "current_version": current_version,
+        "staleness": staleness,
+        "staleness_at_arrival": staleness_at_arrival,
+        "status": status,
+        "batch_id": batch_id,
+        "reward": scored["reward"],
+        "pass": scored["pass"],
+        "response": scored["response"],
+        "response_tokens": response_tokens,
+        "finished": finished,
+        "logprob_sum": logprob_sum,
+        # code tasks: how many tests passed, and the first failure (None when all passed)
+        **{k: scored[k] for k in ("tests_passed", "error") if k in scored},
+        "t_emit": t_emit,
+    }
+
+
 class RunLedger:
     """Records one run into its directory; see the module docstring for the vocabulary."""
 
@@ -124,30 +155,14 @@ class RunLedger:
         `batch_id`, or never trained when None) or `dropped_stale`, against `current_version`."""
         s = self._open.pop(sample_id)
         g = s.gen
-        v = rollout_version(g.versions, current_version)
-        row = {
-            "sample_id": sample_id,
-            "task_id": s.prompt.task.task_id,
-            "group_id": s.prompt.group_id,
-            "attempt": s.attempt,
-            "worker": s.worker,
-            "policy_version": v,  # of the oldest token: see rlcore/staleness.py
-            "policy_version_max": max(g.versions) if g.versions else current_version,
-            "current_version": current_version,
-            "staleness": staleness(current_version, v),
-            "staleness_at_arrival": s.staleness_at_arrival,
-            "status": status,
-            "batch_id": batch_id,
-            "reward": s.scored["reward"],
-            "pass": s.scored["pass"],
-            "response": s.scored["response"],
-            "response_tokens": len(g.response_ids),
-            "finished": g.finished,
-            "logprob_sum": sum(g.logprobs),
-            # code tasks: how many tests passed, and the first failure (None when all passed)
-            **{k: s.scored[k] for k in ("tests_passed", "error") if k in s.scored},
-            "t_emit": s.t_emit,
-        }
+        v = rollout_version(g.versions, current_version)  # the oldest token's
+        row = _sample_row(
+            sample_id, s.prompt, attempt=s.attempt, worker=s.worker, policy_version=v,
+            policy_version_max=max(g.versions) if g.versions else current_version,
+            current_version=current_version, staleness=staleness(current_version, v),
+            staleness_at_arrival=s.staleness_at_arrival, status=status, batch_id=batch_id,
+            scored=s.scored, response_tokens=len(g.response_ids), finished=g.finished,
+            logprob_sum=sum(g.logprobs), t_emit=s.t_emit)
         if status == "dropped_stale":
             self.token_staleness["dropped_stale"] += token_staleness(current_version, g.versions)
         elif batch_id is not None:
@@ -167,15 +182,12 @@ class RunLedger:
         """The row of a slot whose last allowed attempt was interrupted: no response."""
         sample_id = self._next_id
         self._next_id += 1
-        self._record_sample({
-            "sample_id": sample_id, "task_id": prompt.task.task_id,
-            "group_id": prompt.group_id, "attempt": attempt, "worker": worker,
-            "policy_version": old_version, "policy_version_max": old_version,
-            "current_version": new_version, "staleness": None, "staleness_at_arrival": None,
-            "status": "dropped_interrupted", "batch_id": None, "reward": 0.0, "pass": False,
-            "response": None, "response_tokens": tokens, "finished": False,
-            "logprob_sum": None, "t_emit": t_emit,
-        })
+        self._record_sample(_sample_row(
+            sample_id, prompt, attempt=attempt, worker=worker, policy_version=old_version,
+            policy_version_max=old_version, current_version=new_version, staleness=None,
+            staleness_at_arrival=None, status="dropped_interrupted", batch_id=None,
+            scored={"reward": 0.0, "pass": False, "response": None}, response_tokens=tokens,
+            finished=False, logprob_sum=None, t_emit=t_emit))
 
     def _record_sample(self, row: dict[str, Any]) -> None:
         self.samples.append(row)
