@@ -30,7 +30,14 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
-from rlcore.objectives import LossStats, a3po_loss, behav_clip_loss, decoupled_loss, pg_loss
+from rlcore.objectives import (
+    Correction,
+    LossStats,
+    a3po_loss,
+    behav_clip_loss,
+    decoupled_loss,
+    pg_loss,
+)
 from rlcore.sampler import ChunkedSampler, Generation
 
 # Loading bars from transformers would interleave with the runners' progress lines.
@@ -230,14 +237,16 @@ class HFPolicy:
                         ) -> tuple[torch.Tensor, LossStats]:
         """train.objective on one minibatch; chosen here so objectives.py needs no config."""
         cfg = self.train_cfg
+        corr = Correction(cfg.clip_eps_high, cfg.dual_clip, cfg.behav_weight_cap,
+                          cfg.behav_weight_mode)
         if cfg.objective == "pg":
             return pg_loss(logp, behav, adv, mask)
         if cfg.objective == "behav_clip":
-            return behav_clip_loss(logp, behav, adv, mask, cfg.clip_eps, cfg.kl_coef)
+            return behav_clip_loss(logp, behav, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
         if cfg.objective == "decoupled":
             assert prox is not None, "decoupled needs the recomputed proximal log-probs"
-            return decoupled_loss(logp, behav, prox, adv, mask, cfg.clip_eps, cfg.kl_coef)
-        return a3po_loss(logp, behav, staleness, adv, mask, cfg.clip_eps, cfg.kl_coef)
+            return decoupled_loss(logp, behav, prox, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
+        return a3po_loss(logp, behav, staleness, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
 
     def update(self, batch: TrainBatch, *, temperature: float, current_version: int
                ) -> dict[str, float]:

@@ -1,46 +1,26 @@
 """The run configuration: one frozen, typed object, validated once at the boundary.
 
 Each key's type, default, constraints and help line live on the dataclasses below, from which
-`rlcore.config_schema` derives the validation schema and the reference; this module loads
-YAML/JSON files and overrides and refuses bad ones with a message naming the key.
+`rlcore.config_schema` derives the validation schema and the reference; this module builds
+the config from a mapping (files and `--set` overrides are read by `rlcore.config_files`) and
+refuses bad ones with a message naming the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from rlcore.config_files import apply_overrides, parse_yaml, read_config_file
+from rlcore.config_schema import ConfigError, reference_markdown, schema_for, validation_errors
 
-from rlcore.config_schema import reference_markdown, schema_for, validation_errors
-
-
-class _Yaml12Loader(yaml.SafeLoader):
-    """SafeLoader that reads 1e-4 as a number (YAML 1.2), not as the string '1e-4'."""
-
-
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    """YAML with numbers read as YAML 1.2 does; errors become ConfigError."""
-    try:
-        return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {e}") from e
-
-
-class ConfigError(ValueError):
-    """A configuration the user must fix; the message says which key and how."""
+__all__ = ["ConfigError", "RunConfig", "apply_overrides", "config_from_dict",
+           "config_reference_markdown", "load_config", "parse_yaml", "read_config_file",
+           "run_config_schema"]
 
 
 def _f(default: Any, help: str, **constraints: Any) -> Any:
@@ -134,6 +114,22 @@ class TrainConfig:
         "behaviour log-probs + k3 KL (=1); decoupled: AReaL eq. 3; a3po: loglinear proximal.",
     )
     clip_eps: float = _f(0.2, "PPO clip range epsilon.", exclusiveMinimum=0, maximum=1)
+    clip_eps_high: float | None = _f(
+        None, "Upper clip range (DAPO clip-higher, AReaL eps_clip_higher): the ratio is clipped "
+        "to [1 - clip_eps, 1 + clip_eps_high]; null: clip_eps.", exclusiveMinimum=0,
+    )
+    dual_clip: float | None = _f(
+        None, "Dual clip c > 1 (AReaL c_clip): a token's loss is at most c * abs(A) (binds for "
+        "A < 0), applied before the behaviour weight; null: off.", exclusiveMinimum=1,
+    )
+    behav_weight_cap: float | None = _f(
+        None, "decoupled, a3po: cap on the behaviour weight pi_prox/pi_behav (AReaL "
+        "behav_imp_weight_cap); null: off.", exclusiveMinimum=0,
+    )
+    behav_weight_mode: Literal["mask", "clamp"] = _f(
+        "mask", "Over the cap: mask (weight 0, the token stays in the mean's denominator, "
+        "AReaL) or clamp (the weight truncated to the cap: truncated IS)."
+    )
     kl_coef: float = _f(
         0.0, "Weight of the non-negative k3 KL term (clipped objectives).", minimum=0
     )
@@ -313,6 +309,18 @@ def _validate_semantics(cfg: RunConfig) -> None:
         )
     if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
+    knobs = [k for k in ("clip_eps_high", "dual_clip", "behav_weight_cap")
+             if getattr(t, k) is not None]
+    if t.objective == "pg" and knobs:
+        raise ConfigError(f"train.{knobs[0]} corrects a clipped ratio; train.objective 'pg' "
+                          "has none: choose behav_clip, decoupled or a3po, or unset it")
+    if t.objective == "behav_clip" and t.behav_weight_cap is not None:
+        raise ConfigError("train.behav_weight_cap caps pi_prox/pi_behav, which is 1 for "
+                          "behav_clip (its proximal policy is the behaviour policy): choose "
+                          "decoupled or a3po, or unset it")
+    if t.behav_weight_mode != "mask" and t.behav_weight_cap is None:
+        raise ConfigError(f"train.behav_weight_mode '{t.behav_weight_mode}' needs "
+                          "train.behav_weight_cap: set the cap, or leave the mode at 'mask'")
     if cfg.mode == "sync" and cfg.staleness.staleness_k != 0:
         raise ConfigError(
             f"mode 'sync' is on-policy: staleness.staleness_k must be 0, got "
@@ -350,47 +358,6 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
     cfg = _build(RunConfig, data)
     _validate_semantics(cfg)
     return cfg
-
-
-def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> dict[str, Any]:
-    """Apply `dotted.key=value` overrides (value parsed as YAML) to a nested mapping."""
-    out = json.loads(json.dumps(data))
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like section.key=value")
-        dotted, raw = item.split("=", 1)
-        node = out
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override '{item}': '{p}' is not a section")
-        try:
-            node[leaf] = parse_yaml(raw)
-        except ConfigError as e:
-            raise ConfigError(f"override '{item}': the value is {e}") from e
-    return out
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON run config, or a pipeline config's `run:` section, into a mapping."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file '{p}' does not exist")
-    text = p.read_text()
-    try:
-        data = json.loads(text) if p.suffix == ".json" else parse_yaml(text)
-    except (json.JSONDecodeError, ConfigError) as e:
-        raise ConfigError(f"config file '{p}' is not valid {p.suffix.lstrip('.')}: {e}") from e
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file '{p}' must hold a mapping at the top level")
-    if "grid" in data and "run" in data:  # a pipeline config: its run section is the run config
-        data = data["run"] or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file '{p}': the 'run' section must be a mapping")
-    return data
 
 
 def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> RunConfig:

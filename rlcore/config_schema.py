@@ -15,6 +15,11 @@ from typing import Any, Literal
 
 import jsonschema
 
+
+class ConfigError(ValueError):
+    """A configuration the user must fix; the message says which key and how."""
+
+
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 

@@ -79,6 +79,17 @@ class TestRunRejectsBadInput:
         assert_one_error(capsys, "train.updates", '"many"')
         assert not out.exists()
 
+    def test_a_knob_that_means_nothing_for_the_objective(self, tmp_path: Path,
+                                                        tiny_model_dir: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+        config = write_config(tmp_path / "c.yaml", small_config(tiny_model_dir))
+        out = tmp_path / "out"
+        argv = ["run", str(config), "--out", str(out), "--set", "train.dual_clip=3"]
+        assert main(argv) == 2  # the default objective is pg
+        assert_one_error(capsys, "train.dual_clip", "'pg'")
+        assert not out.exists()
+
     def test_missing_config_file(self, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
         out = tmp_path / "out"

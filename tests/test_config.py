@@ -256,6 +256,32 @@ class TestCrossFieldRules:
         cfg = config_from_dict({"mode": "async", "staleness": {"staleness_k": 1}})
         assert cfg.staleness.staleness_k == 1
 
+    @pytest.mark.parametrize("knob", [{"dual_clip": 2.0}, {"clip_eps_high": 0.28},
+                                      {"behav_weight_cap": 5.0}])
+    def test_pg_refuses_the_correction_knobs(self, knob: dict[str, float]) -> None:
+        msg = error_of({"train": {"objective": "pg", **knob}})
+        assert f"train.{next(iter(knob))}" in msg and "'pg'" in msg
+
+    def test_behav_clip_refuses_a_behaviour_weight_cap(self) -> None:
+        msg = error_of({"train": {"objective": "behav_clip", "behav_weight_cap": 5.0}})
+        assert "train.behav_weight_cap" in msg and "decoupled or a3po" in msg
+
+    def test_clamp_mode_needs_a_cap(self) -> None:
+        msg = error_of({"train": {"objective": "decoupled", "behav_weight_mode": "clamp"}})
+        assert "train.behav_weight_cap" in msg
+
+    def test_dual_clip_must_exceed_one(self) -> None:
+        assert "train.dual_clip" in error_of({"train": {"objective": "decoupled",
+                                                        "dual_clip": 1.0}})
+
+    @pytest.mark.parametrize("objective", ["decoupled", "a3po"])
+    def test_every_knob_together_is_valid_where_it_means_something(self, objective: str
+                                                                   ) -> None:
+        cfg = config_from_dict({"train": {
+            "objective": objective, "clip_eps_high": 0.28, "dual_clip": 3.0,
+            "behav_weight_cap": 5.0, "behav_weight_mode": "clamp"}})
+        assert (cfg.train.dual_clip, cfg.train.behav_weight_mode) == (3.0, "clamp")
+
 
 class TestOverrides:
     def test_dotted_keys_and_yaml_values(self) -> None:

@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from rlcore.objectives import (
+    NO_CORRECTION,
+    Correction,
+    LossStats,
     a3po_loss,
     a3po_prox_logp,
     behav_clip_loss,
@@ -170,3 +173,90 @@ class TestAdvantages:
 
 def test_masked_mean_of_empty_mask_is_zero():
     assert masked_mean(t([5.0]), t([0.0])).item() == 0.0
+
+
+class TestCorrectionKnobs:
+    """AReaL's ppo_actor_loss_fn knobs, each against a loss worked out by hand."""
+
+    # decoupled, u = pi_theta/pi_prox = 1 on every token; behaviour weights 2, 0.5, 4, 1
+    WEIGHTS = [2.0, 0.5, 4.0, 1.0]
+    ADV = [1.0, 1.0, -1.0, -1.0]
+
+    def weighted(self, corr: Correction) -> tuple[torch.Tensor, LossStats, torch.Tensor]:
+        prox = t([-1.0] * 4)
+        behav = prox - torch.log(t(self.WEIGHTS))
+        logp = prox.clone().requires_grad_(True)
+        loss, stats = decoupled_loss(logp, behav, prox, t(self.ADV), t([1.0] * 4), 0.2, 0.0,
+                                     corr)
+        loss.backward()
+        return loss.detach(), stats, logp.grad
+
+    def test_no_cap(self):
+        loss, stats, _ = self.weighted(NO_CORRECTION)
+        # token losses -A * w (u = 1, unclipped): -2, -0.5, +4, +1 -> 2.5 / 4
+        assert float(loss) == pytest.approx(0.625)
+        assert stats.capped_frac == 0.0 and stats.imp_weight_max == pytest.approx(4.0)
+
+    def test_mask_drops_the_token_but_keeps_it_in_the_denominator(self):
+        loss, stats, grad = self.weighted(Correction(behav_weight_cap=3.0))
+        # weight 4 > 3 is masked to 0: (-2 - 0.5 + 0 + 1) / 4 tokens, not / 3
+        assert float(loss) == pytest.approx(-0.375)
+        assert stats.capped_frac == pytest.approx(0.25)
+        assert float(grad[0, 2]) == 0.0  # no gradient through a masked token
+        # the raw weight is still what is reported
+        assert stats.imp_weight_max == pytest.approx(4.0)
+
+    def test_clamp_truncates_the_weight(self):
+        loss, stats, grad = self.weighted(Correction(behav_weight_cap=3.0,
+                                                     behav_weight_mode="clamp"))
+        # weight 4 -> 3: (-2 - 0.5 + 3 + 1) / 4
+        assert float(loss) == pytest.approx(0.375)
+        assert stats.capped_frac == pytest.approx(0.25)
+        # d/dlogp of -A w u at u = 1 is -A w / 4: token 3 has A = -1, w = 3
+        assert float(grad[0, 2]) == pytest.approx(3.0 / 4)
+
+    def dual(self, c: float | None, weights: list[float]) -> tuple[torch.Tensor, LossStats]:
+        # u = 5, 1.1, 5, 0.5 against prox; A = -1, -1, +1, +1
+        prox = t([-2.0] * 4)
+        logp = prox + torch.log(t([5.0, 1.1, 5.0, 0.5]))
+        behav = prox - torch.log(t(weights))
+        return decoupled_loss(logp, behav, prox, t([-1.0, -1.0, 1.0, 1.0]), t([1.0] * 4),
+                              0.2, 0.0, Correction(dual_clip=c))
+
+    def test_dual_clip_binds_on_one_token(self):
+        ones = [1.0] * 4
+        loss, stats = self.dual(None, ones)
+        # -min(uA, clip(u)A): 5 (A < 0, the unclipped branch), 1.1, -1.2 (clipped), -0.5
+        assert float(loss) == pytest.approx((5 + 1.1 - 1.2 - 0.5) / 4)
+        assert stats.clip_frac == pytest.approx(0.25) and stats.dual_clip_frac == 0.0
+        loss, stats = self.dual(3.0, ones)
+        # min(5, c |A| = 3) = 3 on the first token only
+        assert float(loss) == pytest.approx((3 + 1.1 - 1.2 - 0.5) / 4)
+        assert stats.dual_clip_frac == pytest.approx(0.25)
+        assert stats.clip_frac == pytest.approx(0.25)
+
+    def test_dual_clip_comes_before_the_behaviour_weight(self):
+        loss, _ = self.dual(3.0, [2.0, 1.0, 1.0, 1.0])
+        # first token: min(5, 3) * 2 = 6 (the weight after the bound), not min(10, 3) = 3
+        assert float(loss) == pytest.approx((6 + 1.1 - 1.2 - 0.5) / 4)
+
+    def asymmetric(self, high: float | None) -> tuple[torch.Tensor, LossStats]:
+        behav = t([-1.0] * 4)
+        logp = behav + torch.log(t([1.5, 0.5, 1.25, 0.9]))
+        return behav_clip_loss(logp, behav, t([1.0, -1.0, 1.0, -1.0]), t([1.0] * 4), 0.2, 0.0,
+                               Correction(clip_eps_high=high))
+
+    def test_asymmetric_clip_on_both_sides(self):
+        loss, stats = self.asymmetric(0.28)
+        # clip(r, 0.8, 1.28): r = 1.5, A > 0 -> -1.28 (upper, clip_eps_high); r = 0.5, A < 0
+        # -> +0.8 (lower, clip_eps); r = 1.25 inside -> -1.25; r = 0.9 inside -> +0.9
+        assert float(loss) == pytest.approx((-1.28 + 0.8 - 1.25 + 0.9) / 4)
+        assert stats.clip_frac == pytest.approx(0.5)
+        loss, stats = self.asymmetric(None)  # symmetric: 1.25 is clipped to 1.2 as well
+        assert float(loss) == pytest.approx((-1.2 + 0.8 - 1.2 + 0.9) / 4)
+        assert stats.clip_frac == pytest.approx(0.75)
+
+    def test_behav_clip_has_no_behaviour_weight_to_cap(self):
+        x = t([-1.0])
+        with pytest.raises(ValueError, match="no behaviour weight"):
+            behav_clip_loss(x, x, x, t([1.0]), 0.2, 0.0, Correction(behav_weight_cap=2.0))
