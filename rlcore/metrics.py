@@ -21,13 +21,21 @@ def moving_average(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
+def steps_to_threshold(pass_rates: Sequence[float], threshold: float, window: int
+                       ) -> int | None:
+    """The first update (1-based) at which the trailing-mean pass rate reaches threshold;
+    None if never. Unlike the time to threshold, it does not depend on machine load."""
+    for step, p in enumerate(moving_average(pass_rates, window), start=1):
+        if p >= threshold:
+            return step
+    return None
+
+
 def time_to_threshold(times: Sequence[float], pass_rates: Sequence[float], threshold: float,
                       window: int) -> float | None:
-    """First time at which the trailing-mean pass rate reaches threshold; None if never."""
-    for t, p in zip(times, moving_average(pass_rates, window), strict=True):
-        if p >= threshold:
-            return t
-    return None
+    """The time of that update (paper Figure 3); None if never."""
+    step = steps_to_threshold(pass_rates, threshold, window)
+    return None if step is None else times[step - 1]
 
 
 def reward_per_1k_tokens(total_reward: float, tokens_generated: int) -> float:

@@ -296,7 +296,8 @@ def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
     trained = [r for r in accepted if r["sample_id"] in trained_ids]
     untrained = [r for r in accepted if r["sample_id"] not in trained_ids]
     generated = led.tokens["sampled"]
-    total_reward = sum(r["reward"] for r in samples if r["status"] != "dropped_interrupted")
+    # The paper's Listing 1: a dropped row's reward is 0; so is an untrained sample's.
+    trained_reward = sum(r["reward"] for r in trained)
     pass_curve = [u["pass_rate"] for u in updates]
     emitted = len(samples) - len(by_status["dropped_interrupted"])
     rollout, trainer = (metrics.merge_spans(led.spans[r]) for r in ("rollout", "trainer"))
@@ -344,8 +345,10 @@ def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
             "train_pass_rate": sum(r["pass"] for r in trained) / max(len(trained), 1),
             "train_pass_rate_final": metrics.moving_average(pass_curve, cfg.eval.window)[-1]
             if pass_curve else 0.0,
-            "reward_per_1k_tokens": metrics.reward_per_1k_tokens(total_reward, generated),
+            "reward_per_1k_tokens": metrics.reward_per_1k_tokens(trained_reward, generated),
             "threshold": cfg.eval.threshold,
+            "steps_to_threshold": metrics.steps_to_threshold(pass_curve, cfg.eval.threshold,
+                                                             cfg.eval.window),
             "time_to_threshold_s": metrics.time_to_threshold(
                 [u["t_commit"] for u in updates], pass_curve, cfg.eval.threshold,
                 cfg.eval.window),

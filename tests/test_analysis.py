@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from rlcore.analysis import k_sweep, load_runs, mean_ci95, table1, to_markdown
-from rlcore.metrics import merge_spans, moving_average, overlap_seconds, time_to_threshold
+from rlcore.metrics import (
+    merge_spans,
+    moving_average,
+    overlap_seconds,
+    steps_to_threshold,
+    time_to_threshold,
+)
 
 
 class TestMeanCI:
@@ -30,6 +36,11 @@ class TestMeanCI:
 class TestMetrics:
     def test_moving_average(self):
         assert moving_average([1, 0, 1, 1], window=2) == [1.0, 0.5, 0.5, 1.0]
+
+    def test_steps_to_threshold(self):
+        # trailing means with window 2: 0.0, 0.25, 0.5, 0.75 -> first >= 0.5 at update 3
+        assert steps_to_threshold([0.0, 0.5, 0.5, 1.0], 0.5, 2) == 3
+        assert steps_to_threshold([0.1, 0.2], 0.5, 1) is None
 
     def test_time_to_threshold(self):
         # trailing means with window 2: 0.0, 0.25, 0.5, 0.75 -> first >= 0.5 at t=3.0
@@ -54,8 +65,9 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
     summary: dict[str, Any] = {
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
         "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
-        "time": {"wall_s": 2.0, "overlap_frac": 0.5},
+        "time": {"wall_s": 2.0, "cold_start_s": 1.5, "overlap_frac": 0.5},
         "metrics": {"train_pass_rate_final": 0.5, "time_to_threshold_s": ttt, "threshold": 0.5,
+                    "steps_to_threshold": None if ttt is None else int(ttt * 10),
                     "reward_per_1k_tokens": 100.0 + seed, "acceptance_rate": 0.9,
                     "accepted_samples_per_s": 50.0},
     }
@@ -90,13 +102,15 @@ def test_table1_means_over_seeds(runs: list[dict[str, Any]]):
     assert areal["heldout_pass_rate/ci95"] == pytest.approx(0.24843, abs=1e-5)
     # time to threshold reached by 2 of 3 seeds: mean of 1 and 3
     assert areal["time_to_threshold_s/mean"] == 2.0 and areal["time_to_threshold_s/n"] == 2
+    assert areal["steps_to_threshold/mean"] == 20.0 and areal["steps_to_threshold/n"] == 2
+    assert areal["cold_start_s/mean"] == 1.5 and areal["updates_per_s/mean"] == 5.0
     assert sync["heldout_pass_rate/n"] == 0  # not evaluated yet
 
 
 def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
     text = to_markdown(table1(runs), ["heldout_pass_rate", "time_to_threshold_s"])
     lines = text.splitlines()
-    assert lines[0].startswith("| mode | staleness_k | objective | seeds |")
+    assert lines[0].startswith("| mode | staleness_k | objective | seeds | held-out pass")
     assert "0.500 ± 0.248" in lines[2]
     assert "2.000 ± 12.706 (n=2)" in lines[2]  # two values: t_{0.975,1} * sd / sqrt 2, sd=sqrt2
     assert "—" in lines[3]
@@ -105,3 +119,42 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
 def test_k_sweep_has_waste(runs: list[dict[str, Any]]):
     areal = k_sweep(runs)[0]
     assert areal["tokens_wasted/mean"] == 15.0 and areal["wasted_frac/mean"] == 0.15
+
+
+def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: Path,
+                                                              tmp_path: Path):
+    """Both pass rates and the reward per 1k tokens, from the rows of a run that dropped
+    samples, equal Table 1's cells."""
+    from rlcore.config import config_from_dict
+    from rlcore.evaluation import evaluate_run
+    from rlcore.runners import run_mode
+    from tests.conftest import small_config
+
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, mode="async", train={"updates": 6, "update_batch_size": 8},
+        rollout={"max_new_tokens": 5, "chunk_tokens": 1, "group_size": 4},
+        staleness={"staleness_k": 1, "interrupt": "resubmit", "staleness_control": "filter",
+                   "max_retries": 1},
+        eval={"window": 3}))
+    run_dir = tmp_path / "async" / "k1" / "pg" / "seed0"
+    summary = run_mode(cfg, run_dir)
+    evaluate_run(run_dir)
+    samples = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    updates = [json.loads(x) for x in (run_dir / "updates.jsonl").read_text().splitlines()]
+    per_task = json.loads((run_dir / "eval.json").read_text())["per_task"]
+    dropped = [s for s in samples if s["status"] != "accepted"]
+    assert dropped, "no sample was dropped: the test did not exercise Listing 1's rule"
+
+    trained = {i for u in updates for i in u["sample_ids"]}
+    by_hand_reward = sum(s["reward"] for s in samples if s["sample_id"] in trained)
+    by_hand = {
+        "reward_per_1k_tokens": 1000 * by_hand_reward / summary["tokens"]["generated"],
+        # the batch pass rate of each of the last 3 updates, from its samples' rows
+        "train_pass_rate_final": sum(
+            sum(s["pass"] for s in samples if s["sample_id"] in u["sample_ids"]) / 8
+            for u in updates[-3:]) / 3,
+        "heldout_pass_rate": sum(t["sampled_passes"] for t in per_task) / (len(per_task) * 2),
+    }
+    (row,) = table1(load_runs(tmp_path))
+    for metric, value in by_hand.items():
+        assert row[f"{metric}/mean"] == pytest.approx(value, rel=1e-12), metric

@@ -130,6 +130,10 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
         assert same(row1["heldout_pass_rate/mean"], evaluation["sampled_pass_rate"])
         assert same(row1["reward_per_1k_tokens/mean"], m["reward_per_1k_tokens"])
         assert same(row1["time_to_threshold_s/mean"], m["time_to_threshold_s"])
+        assert same(row1["steps_to_threshold/mean"], m["steps_to_threshold"])
+        assert same(row1["train_pass_rate_final/mean"], m["train_pass_rate_final"])
+        assert same(row1["wall_s/mean"], summary["time"]["wall_s"])
+        assert same(row1["cold_start_s/mean"], summary["time"]["cold_start_s"])
         assert same(row_k["acceptance_rate/mean"], m["acceptance_rate"])
         assert same(row_k["accepted_samples_per_s/mean"], m["accepted_samples_per_s"])
         wasted = summary["tokens"]["stale_dropped"] + summary["tokens"]["interrupted"]
