@@ -56,6 +56,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "updates_per_s": s["updates"] / s["time"]["wall_s"],
         "wall_s": s["time"]["wall_s"],
         "cold_start_s": s["time"]["cold_start_s"],
+        "contended": s["load"]["contended"],
         "overlap_frac": s["time"]["overlap_frac"],
         "tokens_generated": t["generated"],
         "tokens_wasted": t["stale_dropped"] + t["interrupted"],
@@ -83,6 +84,7 @@ def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[di
     for key, members in sorted(groups.items()):
         agg: dict[str, Any] = dict(zip(GROUP, key, strict=True))
         agg["seeds"] = len(members)
+        agg["contended"] = sum(bool(r["contended"]) for r in members)
         for metric in metrics:
             values = [r[metric] for r in members if r.get(metric) is not None]
             agg[f"{metric}/mean"], agg[f"{metric}/ci95"] = mean_ci95(values)
@@ -128,8 +130,9 @@ def format_mean_ci(mean: float, ci: float, n: int, digits: int = 3) -> str:
 
 
 def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
-    """A Markdown table: one row per configuration, `mean ± ci95` per metric."""
-    head = [*GROUP, "seeds", *(LABELS.get(m, m) for m in metrics)]
+    """A Markdown table: one row per configuration, `mean ± ci95` per metric, and how many
+    of its runs were timed while other processes used the machine (`rlcore/load.py`)."""
+    head = [*GROUP, "seeds", *(LABELS.get(m, m) for m in metrics), "timed under contention"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table:
         cells = [str(row[k]) for k in (*GROUP, "seeds")]
@@ -138,5 +141,6 @@ def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
             if 0 < row[f"{m}/n"] < row["seeds"]:
                 cell += f" (n={row[f'{m}/n']})"
             cells.append(cell)
+        cells.append(f"{row['contended']} of {row['seeds']}" if row["contended"] else "no")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

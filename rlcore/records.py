@@ -27,6 +27,7 @@ from typing import Any
 from rlcore import metrics
 from rlcore.backend import HFPolicy
 from rlcore.config import RunConfig
+from rlcore.load import LoadMeter
 from rlcore.rundir import RunDirectory, environment_info
 from rlcore.runners.common import Prompt
 from rlcore.sampler import Generation
@@ -120,6 +121,8 @@ class RunLedger:
         self.token_staleness: dict[str, list[int]] = {"accepted": [], "dropped_stale": []}
         self.tokens = {"sampled": 0, "reprefilled": 0, "abandoned": 0, "interrupted": 0,
                        "trained": 0}
+        self.load = LoadMeter()
+        self._worker_cpu_s = 0.0
 
     # --- clock ---------------------------------------------------------------------------
     def start_clock(self, t0: float | None = None) -> None:
@@ -129,6 +132,7 @@ class RunLedger:
         timestamps can be placed on it (`on_clock`).
         """
         self.t0 = time.monotonic() if t0 is None else t0
+        self.load.start()
 
     def now(self) -> float:
         """Seconds since the measured clock started."""
@@ -248,6 +252,10 @@ class RunLedger:
         self.tokens["reprefilled"] += reprefilled
         self.tokens["abandoned"] += abandoned
 
+    def worker_cpu(self, seconds: float) -> None:
+        """CPU time a worker process of this run used over the measured window."""
+        self._worker_cpu_s += seconds
+
     # --- the end -------------------------------------------------------------------------
     def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
                waits: dict[str, float], placement: dict[str, Any],
@@ -256,7 +264,8 @@ class RunLedger:
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
         summary = build_summary(self, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
-                                placement=placement)
+                                placement=placement,
+                                load=self.load.summary(self._worker_cpu_s))
         cfg = self.cfg
         if cfg.runtime.save_policy:
             policy.save(self.dir.stage_dir("policy"))
@@ -283,7 +292,8 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
-                  waits: dict[str, float], placement: dict[str, Any]) -> dict[str, Any]:
+                  waits: dict[str, float], placement: dict[str, Any], load: dict[str, Any]
+                  ) -> dict[str, Any]:
     """summary.json of a finished run, from the ledger's rows, spans and counts.
 
     `tokens.generated` is counted by the samplers themselves, so the token ledger
@@ -370,6 +380,7 @@ def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
                             "reloads": len(led.reload_s)},
             "placement": placement,
         },
+        "load": load,
     }
 
 

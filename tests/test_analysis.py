@@ -66,6 +66,7 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
         "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
         "time": {"wall_s": 2.0, "cold_start_s": 1.5, "overlap_frac": 0.5},
+        "load": {"contended": seed == 1},
         "metrics": {"train_pass_rate_final": 0.5, "time_to_threshold_s": ttt, "threshold": 0.5,
                     "steps_to_threshold": None if ttt is None else int(ttt * 10),
                     "reward_per_1k_tokens": 100.0 + seed, "acceptance_rate": 0.9,
@@ -112,6 +113,8 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
     lines = text.splitlines()
     assert lines[0].startswith("| mode | staleness_k | objective | seeds | held-out pass")
     assert "0.500 ± 0.248" in lines[2]
+    assert lines[0].endswith("| timed under contention |")
+    assert lines[2].endswith("| 1 of 3 |") and lines[3].endswith("| no |")  # areal, sync
     assert "2.000 ± 12.706 (n=2)" in lines[2]  # two values: t_{0.975,1} * sd / sqrt 2, sd=sqrt2
     assert "—" in lines[3]
 

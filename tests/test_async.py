@@ -343,7 +343,8 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
                                          t, t - 0.1, commit_s=0.001))
         assert controller.manager.accepted == 0  # the batch gave its capacity back
         summary = build_summary(ledger, wall_s=1.0, cold_start_s=0.0, waits=controller.waits,
-                                placement={"cpus": {}, "unpinned_reason": "test"})
+                                placement={"cpus": {}, "unpinned_reason": "test"},
+                                load=ledger.load.summary(worker_cpu_s=0.0))
     finally:
         controller.rewards.close()
         ledger.close()

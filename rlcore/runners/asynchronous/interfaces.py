@@ -9,6 +9,7 @@ counters only through these Protocols, so the same role code runs as a thread
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -88,9 +89,15 @@ class WorkerContext:
     ack_q: Queue | None = None
     ack_qs: list[Queue] | None = None
     cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
+    own_process: bool = False  # a process of its own, whose CPU time the main one does not see
 
     def pid(self) -> int:
         return os.getpid()
+
+    def own_cpu_s(self) -> float:
+        """CPU seconds of this worker's process so far; 0 for a thread, whose CPU time the
+        main process counts itself (`rlcore/load.py`)."""
+        return time.process_time() if self.own_process else 0.0
 
 
 Role = Callable[[WorkerContext], None]

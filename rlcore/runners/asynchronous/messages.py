@@ -159,3 +159,4 @@ class Stopped:
     tokens_sampled: int = 0
     tokens_reprefilled: int = 0
     tokens_abandoned: int = 0  # partial generations cut off by the end of the run
+    cpu_s: float = 0.0  # CPU its own process used since the start (0 for a thread)

@@ -165,6 +165,8 @@ def param_service_main(ctx: WorkerContext) -> None:
     del model
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), "cpu", time.monotonic() - t_load))
     service = ParamService(ctx.slots)
+    ctx.start.wait()
+    cpu0 = ctx.own_cpu_s()
     while True:
         req = ctx.commit_q.get()
         if req is None:
@@ -174,4 +176,4 @@ def param_service_main(ctx: WorkerContext) -> None:
         commit_s = time.monotonic() - t0
         ctx.ack_qs[req.trainer].put(ack)
         ctx.inbox.put(verdict(req, ack, commit_s))
-    ctx.inbox.put(Stopped(ctx.name))
+    ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0))

@@ -65,6 +65,7 @@ def rollout_main(ctx: WorkerContext) -> None:
     local_version = ctx.slots.read_into(params)
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), time.monotonic() - t_load))
     ctx.start.wait()
+    cpu0 = ctx.own_cpu_s()
     gen = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1000 + ctx.index)
     sampled = reprefilled = abandoned = 0
     feed = PromptFeed(ctx, cfg.train.update_batch_size)
@@ -127,7 +128,7 @@ def rollout_main(ctx: WorkerContext) -> None:
         ctx.counters[2 * ctx.index + 1] += 1
         ctx.inbox.put(out)
     ctx.inbox.put(Stopped(ctx.name, tokens_sampled=sampled, tokens_reprefilled=reprefilled,
-                          tokens_abandoned=abandoned))
+                          tokens_abandoned=abandoned, cpu_s=ctx.own_cpu_s() - cpu0))
 
 
 def _unfinished_tokens(sampler: ChunkedSampler, rows: list[int]) -> int:

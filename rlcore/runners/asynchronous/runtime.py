@@ -67,7 +67,8 @@ class Runtime:
     def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
              ) -> WorkerContext:
         return WorkerContext(self.cfg, name, index, device, self.slots, self.inbox,
-                             self.prompt_q, self.start_evt, self.stop_evt, self.counters, **kw)
+                             self.prompt_q, self.start_evt, self.stop_evt, self.counters,
+                             own_process=self.v.processes, **kw)
 
     def launch(self) -> None:
         self.v.start("param_service", param_service_main, self._ctx(
@@ -200,10 +201,10 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
         wall_s = ledger.on_clock(controller.t_done)
         runtime.stop(controller)
         controller.flush_buffer()
-        for i in range(runtime.n_rollout):
-            s = runtime.stopped[f"rollout{i}"]
+        for s in runtime.stopped.values():
             ledger.count_tokens(sampled=s.tokens_sampled, reprefilled=s.tokens_reprefilled,
                                 abandoned=s.tokens_abandoned)
+            ledger.worker_cpu(s.cpu_s)
         # The final weights are the parameter service's current slot.
         policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
         runtime.slots.read_into(runtime.slots.ordered(dict(policy.model.named_parameters())))

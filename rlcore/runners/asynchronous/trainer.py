@@ -107,8 +107,9 @@ def trainer_main(ctx: WorkerContext) -> None:
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(trainer.policy.device),
                         time.monotonic() - t_load))
     ctx.start.wait()
+    cpu0 = ctx.own_cpu_s()
     trainer.run()
-    ctx.inbox.put(Stopped(ctx.name))
+    ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0))
 
 
 def _wait_ack(ctx: WorkerContext) -> CommitAck | None:

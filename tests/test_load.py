@@ -1,0 +1,58 @@
+"""Contention: other processes' CPU time over a run's measured window (rlcore/load.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlcore.config import config_from_dict
+from rlcore.load import CONTENDED_CORES, contention, machine_cpu_seconds
+from rlcore.runners.sync import sync_train
+from tests.conftest import small_config
+
+
+class TestContention:
+    def test_other_processes_share(self):
+        # the machine was busy 5 s over 4 s of window, the run itself used 3 s: 0.5 cores other
+        assert contention(machine_cpu_s=5.0, run_cpu_s=3.0, window_s=4.0) == (0.5, True)
+
+    def test_an_idle_machine_is_not_contended(self):
+        other, contended = contention(machine_cpu_s=3.1, run_cpu_s=3.0, window_s=4.0)
+        assert other == pytest.approx(0.025) and not contended
+
+    def test_the_run_cannot_use_more_than_the_machine(self):
+        # clock ticks are coarser than process_time: never a negative share
+        assert contention(2.99, 3.0, 4.0) == (0.0, False)
+
+    def test_the_threshold(self):
+        assert contention(CONTENDED_CORES * 4.0 + 1e-9, 0.0, 4.0)[1]
+        assert not contention(CONTENDED_CORES * 4.0, 0.0, 4.0)[1]
+
+
+def test_machine_cpu_reads_busy_ticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import os
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal: busy = 100 + 0 + 50 + 7 + 3 + 0
+    stat.write_text("cpu  100 0 50 900 40 7 3 0 0 0\ncpu0 1 2 3 4\n")
+    monkeypatch.setattr(os, "sysconf", lambda name: 100)
+    assert machine_cpu_seconds(stat) == pytest.approx(1.6)
+    assert machine_cpu_seconds(tmp_path / "absent") is None
+
+
+def test_a_run_beside_a_cpu_burner_is_flagged(tiny_model_dir: Path, tmp_path: Path):
+    """A process spinning on a core while a sync run is timed: the summary says so."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        cfg = config_from_dict(small_config(tiny_model_dir, train={"updates": 30}))
+        sync_train(cfg, tmp_path / "run")
+    finally:
+        burner.kill()
+        burner.wait()
+    load = json.loads((tmp_path / "run" / "summary.json").read_text())["load"]
+    assert load["run_cpu_s"] > 0 and load["machine_cpu_s"] >= load["run_cpu_s"] - 0.1
+    assert load["other_cores"] > 0.5 and load["contended"]
