@@ -150,10 +150,11 @@ class AsyncConfig:
         0, "Accept a sample iff staleness = v_current - v_rollout <= K (sync is always 0).",
         minimum=0,
     )
-    interrupt: Literal["resubmit", "continue"] = _f(
+    interrupt: Literal["resubmit", "continue", "keep_kv"] = _f(
         "resubmit",
-        "On a newer policy mid-generation: resubmit the task (paper) or continue the partial "
-        "response under the new weights (AReaL).",
+        "On a newer policy mid-generation: resubmit the task (paper); continue the partial "
+        "response under the new weights after re-prefilling it (AReaL); or keep_kv: load the "
+        "new weights and keep decoding on the old KV cache (SkyRL, PipelineRL).",
     )
     max_retries: int = _f(
         2, "Resubmissions of an interrupted task before it is dropped as interrupted.", minimum=0

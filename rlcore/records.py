@@ -119,8 +119,8 @@ class RunLedger:
         self.event_counts = dict.fromkeys(EVENT_FIELDS, 0)
         self.reload_s: list[float] = []
         self.token_staleness: dict[str, list[int]] = {"accepted": [], "dropped_stale": []}
-        self.tokens = {"sampled": 0, "reprefilled": 0, "abandoned": 0, "interrupted": 0,
-                       "trained": 0}
+        self.tokens = {"sampled": 0, "reprefilled": 0, "kv_kept": 0, "abandoned": 0,
+                       "interrupted": 0, "trained": 0}
         self.load = LoadMeter()
         self._worker_cpu_s = 0.0
 
@@ -244,12 +244,13 @@ class RunLedger:
         return sum(e - s for s, e in metrics.merge_spans(self.spans[role])) \
             + self._untraced[role]
 
-    def count_tokens(self, *, sampled: int = 0, reprefilled: int = 0, abandoned: int = 0
-                     ) -> None:
-        """Tokens as the samplers counted them: sampled, recomputed by a re-prefill, and cut
-        off unfinished by the end of the run."""
+    def count_tokens(self, *, sampled: int = 0, reprefilled: int = 0, kv_kept: int = 0,
+                     abandoned: int = 0) -> None:
+        """Tokens as the samplers counted them: sampled, recomputed by a re-prefill, kept in
+        the cache instead (keep_kv), and cut off unfinished by the end of the run."""
         self.tokens["sampled"] += sampled
         self.tokens["reprefilled"] += reprefilled
+        self.tokens["kv_kept"] += kv_kept
         self.tokens["abandoned"] += abandoned
 
     def worker_cpu(self, seconds: float) -> None:
@@ -342,6 +343,7 @@ def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
             "untrained": sum(r["response_tokens"] for r in untrained)
             + led.tokens["abandoned"],
             "reprefilled": led.tokens["reprefilled"],
+            "kv_kept": led.tokens["kv_kept"],
         },
         "time": {
             "wall_s": wall_s,

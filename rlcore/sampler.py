@@ -51,7 +51,8 @@ class ChunkedSampler:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.generator = generator
-        self.version = version
+        self.version = version  # of the weights the next forward pass runs
+        self.logits_version = version  # of the weights that computed next_logits
         self.gens = [Generation(prompt_ids=list(p)) for p in prompt_ids]
         dev = policy.device
         width = max(len(p) for p in prompt_ids)
@@ -83,8 +84,16 @@ class ChunkedSampler:
 
     def reprefill(self, version: int) -> None:
         """Rebuild the KV cache of prompt + partial response under the current weights."""
-        self.version = version
+        self.version = self.logits_version = version
         self.next_logits = self._prefill()
+
+    def keep_cache(self, version: int) -> None:
+        """Go on under new weights on the KV cache the old ones computed (`keep_kv`).
+
+        The next token is still drawn from logits of the old weights, so it keeps their
+        version; the tokens after it are computed by the new weights, attending to old keys.
+        """
+        self.version = version
 
     def step(self, n_tokens: int) -> int:
         """Sample up to n_tokens more tokens per unfinished row; returns tokens sampled."""
@@ -106,7 +115,7 @@ class ChunkedSampler:
                 g = self.gens[i]
                 g.response_ids.append(t)
                 g.logprobs.append(lp)
-                g.versions.append(self.version)
+                g.versions.append(self.logits_version)
                 sampled += 1
                 if t in stop:
                     g.finished = True
@@ -126,4 +135,5 @@ class ChunkedSampler:
                     past_key_values=self.cache, use_cache=True,
                 )
             self.next_logits = out.logits[:, -1].float()
+            self.logits_version = self.version
         return sampled

@@ -98,15 +98,16 @@ def check_invariants(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
             for i in u["sample_ids"]:
                 assert by_id[i]["policy_version"] == by_id[i]["policy_version_max"] \
                     == u["version"] - 1
-    if cfg.staleness.interrupt == "continue":
+    policy = cfg.staleness.interrupt
+    if policy != "resubmit":  # the partial response goes on: nothing is abandoned
         assert t["interrupted"] == 0 and counts["dropped_interrupted"] == 0
-    else:
-        assert t["reprefilled"] == 0
+    assert (t["reprefilled"] == 0) or policy == "continue"
+    assert (t["kv_kept"] == 0) or policy == "keep_kv"
     return summary
 
 
 @pytest.mark.parametrize("control", ["filter", "throttle", "both"])
-@pytest.mark.parametrize("interrupt", ["resubmit", "continue"])
+@pytest.mark.parametrize("interrupt", ["resubmit", "continue", "keep_kv"])
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
 def test_threaded_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, interrupt: str,
                              control: str):
@@ -117,6 +118,7 @@ def test_threaded_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, inter
 
 @pytest.mark.parametrize(("k", "interrupt", "control"), [
     (0, "resubmit", "filter"), (1, "continue", "throttle"), (2, "resubmit", "both"),
+    (2, "keep_kv", "filter"),
 ])
 def test_process_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, interrupt: str,
                             control: str):
@@ -352,3 +354,37 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
     assert summary["updates"] == 0 and summary["samples"]["trained"] == 0
     assert [(r["status"], r["batch_id"]) for r in ledger.samples] == [("accepted", None)] * b
     assert summary["tokens"]["untrained"] == 2 * b
+
+
+def test_keep_kv_decodes_on_across_versions_without_reprefill(tiny_model_dir: Path,
+                                                             tmp_path: Path):
+    """keep_kv: interrupted generations go on under the new weights with the old cache; their
+    tokens span versions, and the ledger shows the re-prefill that was saved."""
+    cfg = async_config(tiny_model_dir, "async", 4, "keep_kv", "filter")
+    summary = run_mode(cfg, tmp_path / "run")
+    check_invariants(tmp_path / "run", cfg)
+    events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    assert [e for e in events if e["type"] == "rollout_interrupt"], "no interrupt: not exercised"
+    t = summary["tokens"]
+    assert t["kv_kept"] > 0 and t["reprefilled"] == 0
+    samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
+    assert any(s["policy_version_max"] > s["policy_version"] for s in samples)
+
+
+class TestKeepCache:
+    """The sampler's keep_kv step: which version each token is tagged with."""
+
+    def test_the_token_after_the_switch_keeps_the_old_version(self, cfg: RunConfig):
+        from rlcore.backend import HFPolicy
+
+        policy = HFPolicy(cfg.model, cfg.train)
+        policy.stop_ids = set()  # no early stop: every row samples all six tokens
+        sampler = policy.sampler([policy.encode_prompt("1+2=")], max_new_tokens=6,
+                                 temperature=1.0, generator=torch.Generator().manual_seed(0),
+                                 version=3)
+        sampler.step(2)
+        sampler.keep_cache(4)  # new weights would be loaded here; the cache stays
+        sampler.step(2)
+        sampler.step(2)
+        # two tokens of v3, then one drawn from v3's last logits, then v4's
+        assert sampler.gens[0].versions == [3, 3, 3, 4, 4, 4]

@@ -158,5 +158,6 @@ class Stopped:
     worker: str
     tokens_sampled: int = 0
     tokens_reprefilled: int = 0
+    tokens_kv_kept: int = 0  # response tokens whose KV cache keep_kv kept, not re-prefilled
     tokens_abandoned: int = 0  # partial generations cut off by the end of the run
     cpu_s: float = 0.0  # CPU its own process used since the start (0 for a thread)

@@ -6,7 +6,10 @@ Listing 3). On a newer version it reloads the current weights and then, per
   resubmit (the paper)  unfinished generations are abandoned and handed back to the
                         controller, which resubmits them or drops them as interrupted;
   continue (AReaL)      the partial responses are re-prefilled under the new weights and
-                        generation goes on; every token keeps the version that sampled it.
+                        generation goes on; every token keeps the version that sampled it;
+  keep_kv               the new weights decode on the KV cache the old ones computed, with
+                        no re-prefill (SkyRL, PipelineRL); each token keeps the version of
+                        the weights that computed its logits.
 Generations that already ended are complete and are emitted as they are.
 """
 
@@ -67,7 +70,7 @@ def rollout_main(ctx: WorkerContext) -> None:
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
     gen = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1000 + ctx.index)
-    sampled = reprefilled = abandoned = 0
+    sampled = reprefilled = kv_kept = abandoned = 0
     feed = PromptFeed(ctx, cfg.train.update_batch_size)
 
     while not ctx.stop.is_set():
@@ -110,6 +113,10 @@ def rollout_main(ctx: WorkerContext) -> None:
                 reprefilled += _unfinished_tokens(sampler, live)
                 sampler.reprefill(local_version)
                 continue
+            if cfg.staleness.interrupt == "keep_kv":  # the re-prefill that continue would do
+                kv_kept += _unfinished_tokens(sampler, live)
+                sampler.keep_cache(local_version)
+                continue
             for i in [i for i in live if not sampler.gens[i].finished]:
                 out.interrupted.append(InterruptedMsg(
                     batch[i], len(sampler.gens[i].response_ids), old_version, local_version,
@@ -128,7 +135,8 @@ def rollout_main(ctx: WorkerContext) -> None:
         ctx.counters[2 * ctx.index + 1] += 1
         ctx.inbox.put(out)
     ctx.inbox.put(Stopped(ctx.name, tokens_sampled=sampled, tokens_reprefilled=reprefilled,
-                          tokens_abandoned=abandoned, cpu_s=ctx.own_cpu_s() - cpu0))
+                          tokens_kv_kept=kv_kept, tokens_abandoned=abandoned,
+                          cpu_s=ctx.own_cpu_s() - cpu0))
 
 
 def _unfinished_tokens(sampler: ChunkedSampler, rows: list[int]) -> int:

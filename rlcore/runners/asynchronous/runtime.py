@@ -203,7 +203,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
         controller.flush_buffer()
         for s in runtime.stopped.values():
             ledger.count_tokens(sampled=s.tokens_sampled, reprefilled=s.tokens_reprefilled,
-                                abandoned=s.tokens_abandoned)
+                                kv_kept=s.tokens_kv_kept, abandoned=s.tokens_abandoned)
             ledger.worker_cpu(s.cpu_s)
         # The final weights are the parameter service's current slot.
         policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
