@@ -1,4 +1,5 @@
-"""The paper's figures from run directories.
+"""The paper's figures from the grid's run directories (the trace figures of single runs are
+in `rlcore/trace_figures.py`).
 
 The data behind each figure is computed by a pure function (unit-tested); the `draw_*`
 functions only lay it out with matplotlib and save PNG and SVG. A configuration is a
@@ -18,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.patches import Patch  # noqa: E402
 
 from rlcore.analysis import mean_ci95  # noqa: E402
 from rlcore.metrics import moving_average  # noqa: E402
@@ -29,15 +31,6 @@ MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
 # Where each mode's point labels go, so that neighbouring points' labels do not collide.
 LABEL_OFFSET = {"sync": (-5, 5), "async": (5, -11), "areal": (5, 5)}
 K_LINESTYLE = ("-", "--", ":", "-.")
-QUEUES = ("prompt_queue", "generating", "sample_queue", "replay_buffer", "trainer_queue")
-QUEUE_LABEL = {
-    "prompt_queue": "prompts waiting",
-    "generating": "prompts generating",
-    "sample_queue": "samples to score",
-    "replay_buffer": "replay buffer",
-    "trainer_queue": "batches at trainer",
-}
-ROLES = ("rollout", "trainer")
 
 # Stable SVG ids and no timestamp, so an unchanged figure is an unchanged file.
 plt.rcParams["svg.hashsalt"] = "rlcore"
@@ -53,14 +46,14 @@ def config_label(mode: str, k: int) -> str:
     return f"{MODE_LABEL.get(mode, mode)} K={k}"
 
 
-def _mode_rank(mode: str) -> int:
+def mode_rank(mode: str) -> int:
     return MODES.index(mode) if mode in MODES else len(MODES)
 
 
 def config_order(key: tuple[str, int, str]) -> tuple[int, int, str]:
     """Sort (mode, K, objective) as sync, threaded, AReaL-style, then by K."""
     mode, k, objective = key
-    return (_mode_rank(mode), k, objective)
+    return (mode_rank(mode), k, objective)
 
 
 def run_key(run_dir: Path) -> tuple[str, int, str]:
@@ -108,29 +101,6 @@ def staleness_counts(run_dirs: Iterable[Path]) -> dict[str, dict[int, int]]:
     return out
 
 
-def queue_trace(events: Iterable[dict[str, Any]]) -> dict[str, list[float]]:
-    """Time and depth of every queue from the controller's `queues` events."""
-    rows = [e for e in events if e["type"] == "queues"]
-    trace = {"t": [e["t"] for e in rows]}
-    for q in QUEUES:
-        trace[q] = [e.get(q, 0) for e in rows]
-    return trace
-
-
-def busy_spans(events: Iterable[dict[str, Any]], start: float, end: float
-               ) -> dict[str, list[tuple[float, float]]]:
-    """Per role, the (start, duration) of busy spans clipped to the window [start, end]."""
-    out: dict[str, list[tuple[float, float]]] = {r: [] for r in ROLES}
-    for e in events:
-        if e["type"] != "span":
-            continue
-        role = e["role"]
-        s, t = max(e["start"], start), min(e["end"], end)
-        if role in out and t > s:
-            out[role].append((s, t - s))
-    return out
-
-
 # ---- drawing ------------------------------------------------------------------------------
 
 
@@ -141,7 +111,7 @@ def save(fig: plt.Figure, png: str | Path, svg: str | Path) -> None:
     plt.close(fig)
 
 
-def _lighter(color: str, towards_white: float = 0.55) -> tuple[float, float, float]:
+def lighter(color: str, towards_white: float = 0.55) -> tuple[float, float, float]:
     """An opaque lighter shade (overlapping spans stay one colour, unlike with alpha)."""
     r, g, b = matplotlib.colors.to_rgb(color)
     return tuple(c + (1 - c) * towards_white for c in (r, g, b))  # type: ignore[return-value]
@@ -322,54 +292,28 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
     save(fig, png, svg)
 
 
-def draw_queue_depth(traces: dict[str, Path], window: tuple[float, float],
-                     png: str | Path, svg: str | Path) -> None:
-    """Queue depths in a time window, one panel per asynchronous mode's trace run."""
-    modes = [m for m in sorted(traces, key=_mode_rank) if m != "sync"]
-    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 2.6 * len(modes)), sharex=True,
-                             squeeze=False, layout="constrained")
-    for ax, mode in zip(axes[:, 0], modes, strict=True):
-        run_dir = traces[mode]
-        trace = queue_trace(read_jsonl(run_dir / "events.jsonl"))
-        for q in QUEUES:
-            ax.step(trace["t"], trace[q], where="post", label=QUEUE_LABEL[q], linewidth=0.9)
-        mode_, k, objective = run_key(run_dir)
-        ax.set_title(f"{config_label(mode_, k)}, {objective}, {run_dir.name}", fontsize=9)
-        ax.set_ylabel("depth (items)")
-        ax.set_xlim(*window)
-        ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("wall-clock time since the measured start (s)")
-    handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, names, fontsize=7, ncol=len(QUEUES), loc="outside upper center")
-    save(fig, png, svg)
-
-
-def draw_worker_activity(traces: dict[str, Path], window: tuple[float, float],
-                         png: str | Path, svg: str | Path) -> None:
-    """Rollout and trainer busy spans in a time window, sync beside the async modes."""
-    start, end = window
-    modes = sorted(traces, key=_mode_rank)
-    fig, ax = plt.subplots(figsize=(10, 0.9 * len(modes) * len(ROLES) + 1.2),
+def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
+    """End-to-end time per configuration: the measured training time on top of the cold
+    start, with updates/s above each bar (the paper's question: does async shorten it?)."""
+    groups = group_rows(rows)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(groups) + 2), 4.2),
                            layout="constrained")
-    ticks, labels = [], []
-    y = 0.0
-    for mode in reversed(modes):
-        run_dir = traces[mode]
-        summary = json.loads((run_dir / "summary.json").read_text())
-        spans = busy_spans(read_jsonl(run_dir / "events.jsonl"), start, end)
-        name = config_label(mode, summary["staleness_k"])
-        for role in reversed(ROLES):
-            color = MODE_COLOR[mode] if role == "rollout" else _lighter(MODE_COLOR[mode])
-            ax.broken_barh(spans[role], (y, 0.8), facecolors=color)
-            ticks.append(y + 0.4)
-            labels.append(f"{name}: {role}" if role == "rollout" else
-                          f"{role}\n(overlap {summary['time']['overlap_frac']:.0%} of run)")
-            y += 1
-        y += 0.5
-    ax.set_yticks(ticks, labels)
-    ax.set_xlim(start, end)
-    ax.set_xlabel("wall-clock time since the measured start (s)")
-    ax.set_title("busy spans: rollout (dark) and trainer (light); side by side = overlap",
-                 fontsize=9)
-    ax.grid(axis="x", alpha=0.3)
+    for i, ((mode, _, _), members) in enumerate(groups.items()):
+        cold, _ = mean_ci95([r["cold_start_s"] for r in members])
+        wall, _ = mean_ci95([r["wall_s"] for r in members])
+        total, total_ci = mean_ci95([r["cold_start_s"] + r["wall_s"] for r in members])
+        ax.bar(i, cold, 0.7, color=lighter(MODE_COLOR[mode]))
+        ax.bar(i, wall, 0.7, bottom=cold, color=MODE_COLOR[mode], yerr=total_ci, capsize=3)
+        rate, _ = mean_ci95([r["updates_per_s"] for r in members])
+        ax.annotate(f"{rate:.0f}/s", (i, total + total_ci), xytext=(0, 2),
+                    textcoords="offset points", ha="center", fontsize=6)
+    ax.set_xticks(range(len(groups)), [f"{config_label(m, k)}, {o}" for m, k, o in groups],
+                  rotation=40, ha="right", fontsize=7)
+    ax.set_ylabel("seconds")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(handles=[Patch(color=lighter("#4d4d4d"), label="cold start (model loading)"),
+                       Patch(color="#4d4d4d", label="training (measured wall time)")],
+              fontsize=7, loc="upper left",
+              title="mean over seeds; error bar: 95% CI of the total; label: updates/s",
+              title_fontsize=7)
     save(fig, png, svg)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import figures
+from rlcore import figures, trace_figures
 
 
 def test_mean_curve_is_pointwise_and_cut_to_the_shortest():
@@ -41,7 +41,7 @@ def test_queue_trace_reads_queue_events_only():
         {"t": 0.3, "type": "queues", "prompt_queue": 3, "generating": 1, "sample_queue": 1,
          "replay_buffer": 0, "trainer_queue": 1, "version": 1},
     ]
-    trace = figures.queue_trace(events)
+    trace = trace_figures.queue_trace(events)
     assert trace["t"] == [0.1, 0.3]
     assert trace["prompt_queue"] == [4, 3] and trace["trainer_queue"] == [0, 1]
 
@@ -55,6 +55,6 @@ def test_busy_spans_are_clipped_to_the_window_and_grouped_by_role():
          "end": 1.6},  # not drawn
         {"type": "queues", "t": 1.1},
     ]
-    spans = figures.busy_spans(events, start=1.0, end=2.0)
+    spans = trace_figures.busy_spans(events, start=1.0, end=2.0)
     assert spans["rollout"] == [(1.0, 0.5)]
     assert spans["trainer"] == [(1.2, pytest.approx(0.2))]

@@ -23,8 +23,8 @@ from tests.conftest import small_config
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
-FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "quality_throughput",
-           "staleness", "queue_depth", "worker_activity")
+FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
+           "quality_throughput", "staleness", "queue_depth", "worker_activity")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

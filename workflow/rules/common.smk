@@ -22,7 +22,12 @@ SOURCES = Path(workflow.basedir)
 # files count without an edit here) and the task data it ships, EXCEPT the modules that only
 # read finished runs (tables, figures, the benchmark), so that editing those reruns only the
 # tables and figures. cli.py (`rlcore run --eval`) and evaluation.py write eval.json: runtime.
-ANALYSIS_SOURCES = ("rlcore/analysis.py", "rlcore/figures.py", "rlcore/bench.py")
+ANALYSIS_SOURCES = (
+    "rlcore/analysis.py",
+    "rlcore/figures.py",
+    "rlcore/trace_figures.py",
+    "rlcore/bench.py",
+)
 RUNTIME_SOURCES = sorted(
     p
     for p in (
@@ -159,12 +164,18 @@ FIGURES = (
     "reward_per_1k",
     "quality_throughput",
     "staleness",
+    "end_to_end",
 )
 TRACE_FIGURES = ("queue_depth", "worker_activity")
 
 
 PLOT_CODE = sources_hash(
-    ["rlcore/figures.py", "rlcore/analysis.py", "workflow/scripts/figures.py"]
+    [
+        "rlcore/figures.py",
+        "rlcore/trace_figures.py",
+        "rlcore/analysis.py",
+        "workflow/scripts/figures.py",
+    ]
 )
 
 

@@ -16,6 +16,8 @@ rule figures:
         quality_throughput_svg=f"{R}/figures/quality_throughput.svg",
         staleness=figure("staleness", "Staleness"),
         staleness_svg=f"{R}/figures/staleness.svg",
+        end_to_end=figure("end_to_end", "Learning"),
+        end_to_end_svg=f"{R}/figures/end_to_end.svg",
     log:
         f"{R}/logs/figures.log",
     conda:

@@ -1,9 +1,11 @@
-"""The paper's figures from the runs (rlcore.figures); one script for both figure rules."""
+"""The paper's figures from the runs (rlcore.figures, rlcore.trace_figures); one script for
+both figure rules."""
 
 import sys
 from pathlib import Path
 
 from rlcore import figures
+from rlcore import trace_figures as traces_of
 from rlcore.analysis import run_row
 
 
@@ -15,14 +17,16 @@ def grid_figures(smk):
     figures.draw_reward_per_1k(rows, out.reward_per_1k, out.reward_per_1k_svg)
     figures.draw_quality_throughput(rows, out.quality_throughput, out.quality_throughput_svg)
     figures.draw_staleness(rows, out.staleness, out.staleness_svg)
+    figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
 
 
 def trace_figures(smk):
     traces = {mode: Path(p).parent for mode, p in zip(smk.params.modes, smk.input, strict=True)}
     window = tuple(smk.params.window)
     out = smk.output
-    figures.draw_queue_depth(traces, window, out.queue_depth, out.queue_depth_svg)
-    figures.draw_worker_activity(traces, window, out.worker_activity, out.worker_activity_svg)
+    traces_of.draw_queue_depth(traces, window, out.queue_depth, out.queue_depth_svg)
+    traces_of.draw_worker_activity(traces, window, out.worker_activity,
+                                   out.worker_activity_svg)
 
 
 with open(snakemake.log[0], "w") as log:  # noqa: F821 - injected by Snakemake
