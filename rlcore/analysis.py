@@ -122,6 +122,34 @@ def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return aggregate(rows, K_SWEEP)
 
 
+def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str = "areal"
+                 ) -> list[dict[str, Any]]:
+    """AReaL's Table 2, shaped for this grid: the held-out pass rate of `mode` per objective
+    (rows) and staleness bound K (columns), with sync as the K = 0, on-policy reference."""
+    cells = aggregate([r for r in rows if r["mode"] in ("sync", mode)], ("heldout_pass_rate",))
+    out: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        column = "sync" if c["mode"] == "sync" else f"K={c['staleness_k']}"
+        row = out.setdefault(c["objective"], {"objective": c["objective"], "mode": mode})
+        for stat in ("mean", "ci95", "n"):
+            row[f"{column}/{stat}"] = c[f"heldout_pass_rate/{stat}"]
+    return [out[o] for o in sorted(out)]
+
+
+def quality_vs_k_markdown(table: Sequence[dict[str, Any]]) -> str:
+    """quality_vs_k as Markdown: `mean ± ci95` per cell, `—` where a run is missing."""
+    columns = sorted({k.split("/")[0] for row in table for k in row if "/" in k},
+                     key=lambda c: (c != "sync", int(c[2:]) if c != "sync" else 0))
+    lines = ["| objective | " + " | ".join(c if c != "sync" else "sync (K=0 reference)"
+                                          for c in columns) + " |",
+             "|" + "---|" * (len(columns) + 1)]
+    for row in table:
+        cells = [format_mean_ci(row.get(f"{c}/mean", math.nan), row.get(f"{c}/ci95", 0.0),
+                                row.get(f"{c}/n", 0)) for c in columns]
+        lines.append(f"| {row['objective']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def format_mean_ci(mean: float, ci: float, n: int, digits: int = 3) -> str:
     """'0.512 ± 0.034', or '—' when no run has the value."""
     if n == 0 or math.isnan(mean):

@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 from matplotlib.patches import Patch  # noqa: E402
 
-from rlcore.analysis import mean_ci95  # noqa: E402
+from rlcore.analysis import mean_ci95, quality_vs_k  # noqa: E402
 from rlcore.metrics import moving_average  # noqa: E402
 
 MODES = ("sync", "async", "areal")
@@ -315,5 +315,38 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
                        Patch(color="#4d4d4d", label="training (measured wall time)")],
               fontsize=7, loc="upper left",
               title="mean over seeds; error bar: 95% CI of the total; label: updates/s",
+              title_fontsize=7)
+    save(fig, png, svg)
+
+
+OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e7298a",
+                   "a3po": "#66a61e"}
+
+
+def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
+                      mode: str = "areal") -> None:
+    """AReaL's Table 2 as a figure: held-out pass rate against K per objective, for one
+    asynchronous mode, with sync as the on-policy reference (dashed)."""
+    table = quality_vs_k(rows, mode)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    all_ks: set[int] = set()
+    for i, row in enumerate(table):
+        color = OBJECTIVE_COLOR.get(row["objective"])
+        ks = sorted(int(key[2:].split("/")[0]) for key in row
+                    if key.startswith("K=") and key.endswith("/mean")
+                    and row[key.replace("/mean", "/n")])
+        all_ks.update(ks)
+        dodge = 0.06 * (i - (len(table) - 1) / 2)  # keep the objectives' error bars apart
+        if ks:
+            ax.errorbar([k + dodge for k in ks], [row[f"K={k}/mean"] for k in ks],
+                        yerr=[row[f"K={k}/ci95"] for k in ks], color=color, marker="o",
+                        capsize=3, label=row["objective"])
+        if row.get("sync/n"):
+            ax.axhline(row["sync/mean"], color=color, linewidth=0.9, linestyle="--")
+    ax.set_xticks(sorted(all_ks))
+    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)})")
+    ax.set_ylabel("held-out sampled pass rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="mean ± 95% CI over seeds\ndashed: sync (on-policy)",
               title_fontsize=7)
     save(fig, png, svg)

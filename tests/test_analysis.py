@@ -161,3 +161,15 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
     (row,) = table1(load_runs(tmp_path))
     for metric, value in by_hand.items():
         assert row[f"{metric}/mean"] == pytest.approx(value, rel=1e-12), metric
+
+
+def test_quality_vs_k_puts_objectives_in_rows_and_k_in_columns(runs: list[dict[str, Any]]):
+    from rlcore.analysis import quality_vs_k, quality_vs_k_markdown
+
+    (pg,) = quality_vs_k(runs)
+    # areal K=2 held-out 0.4, 0.5, 0.6 -> 0.5 ± 4.303 * 0.1 / sqrt(3); sync not evaluated
+    assert pg["objective"] == "pg" and pg["K=2/mean"] == pytest.approx(0.5)
+    assert pg["K=2/ci95"] == pytest.approx(0.24843, abs=1e-5) and pg["sync/n"] == 0
+    lines = quality_vs_k_markdown([pg]).splitlines()
+    assert lines[0] == "| objective | sync (K=0 reference) | K=2 |"
+    assert lines[2] == "| pg | — | 0.500 ± 0.248 |"

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
-           "quality_throughput", "staleness", "queue_depth", "worker_activity")
+           "quality_throughput", "quality_vs_k", "staleness", "queue_depth", "worker_activity")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -138,6 +138,10 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
         assert same(row_k["accepted_samples_per_s/mean"], m["accepted_samples_per_s"])
         wasted = summary["tokens"]["stale_dropped"] + summary["tokens"]["interrupted"]
         assert same(row_k["tokens_wasted/mean"], wasted)
+    by_k = {r["objective"]: r for r in read_csv(tables / "quality_vs_k.csv")}
+    areal = json.loads((pipeline / "results" / "runs" / "areal" / "k1" / "pg" / "seed0"
+                        / "eval.json").read_text())
+    assert same(by_k["pg"]["K=1/mean"], areal["sampled_pass_rate"])
 
 
 def render_report(report: Path, page: Path, screenshot: Path) -> dict[str, int]:

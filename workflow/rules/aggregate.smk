@@ -15,6 +15,12 @@ rule tables:
             caption="../../reports/k_sweep.rst",
             category="Tables",
         ),
+        quality_vs_k_csv=f"{R}/tables/quality_vs_k.csv",
+        quality_vs_k_md=report(
+            f"{R}/tables/quality_vs_k.md",
+            caption="../../reports/quality_vs_k_table.rst",
+            category="Tables",
+        ),
     log:
         f"{R}/logs/tables.log",
     conda:

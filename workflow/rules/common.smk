@@ -163,6 +163,7 @@ FIGURES = (
     "time_to_threshold",
     "reward_per_1k",
     "quality_throughput",
+    "quality_vs_k",
     "staleness",
     "end_to_end",
 )
@@ -196,6 +197,8 @@ def all_outputs():
         f"{R}/tables/table1.md",
         f"{R}/tables/k_sweep.csv",
         f"{R}/tables/k_sweep.md",
+        f"{R}/tables/quality_vs_k.csv",
+        f"{R}/tables/quality_vs_k.md",
         *(
             f"{R}/figures/{name}.{ext}"
             for name in FIGURES + TRACE_FIGURES

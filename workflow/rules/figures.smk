@@ -14,6 +14,8 @@ rule figures:
         reward_per_1k_svg=f"{R}/figures/reward_per_1k.svg",
         quality_throughput=figure("quality_throughput", "Staleness"),
         quality_throughput_svg=f"{R}/figures/quality_throughput.svg",
+        quality_vs_k=figure("quality_vs_k", "Staleness"),
+        quality_vs_k_svg=f"{R}/figures/quality_vs_k.svg",
         staleness=figure("staleness", "Staleness"),
         staleness_svg=f"{R}/figures/staleness.svg",
         end_to_end=figure("end_to_end", "Learning"),

@@ -16,6 +16,7 @@ def grid_figures(smk):
     figures.draw_time_to_threshold(rows, out.time_to_threshold, out.time_to_threshold_svg)
     figures.draw_reward_per_1k(rows, out.reward_per_1k, out.reward_per_1k_svg)
     figures.draw_quality_throughput(rows, out.quality_throughput, out.quality_throughput_svg)
+    figures.draw_quality_vs_k(rows, out.quality_vs_k, out.quality_vs_k_svg)
     figures.draw_staleness(rows, out.staleness, out.staleness_svg)
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
 

@@ -4,7 +4,16 @@ import csv
 import sys
 from pathlib import Path
 
-from rlcore.analysis import K_SWEEP, TABLE1, k_sweep, run_row, table1, to_markdown
+from rlcore.analysis import (
+    K_SWEEP,
+    TABLE1,
+    k_sweep,
+    quality_vs_k,
+    quality_vs_k_markdown,
+    run_row,
+    table1,
+    to_markdown,
+)
 
 
 def write_csv(path, rows):
@@ -22,6 +31,9 @@ def main(smk):
     ):
         write_csv(csv_out, table)
         Path(md_out).write_text(to_markdown(table, metrics))
+    by_k = quality_vs_k(rows)
+    write_csv(smk.output.quality_vs_k_csv, by_k)
+    Path(smk.output.quality_vs_k_md).write_text(quality_vs_k_markdown(by_k))
 
 
 with open(snakemake.log[0], "w") as log:  # noqa: F821 - injected by Snakemake
