@@ -26,6 +26,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.eval and not cfg.runtime.save_policy:  # fail now, not after the whole run
         raise ConfigError("--eval scores the run's saved final policy, but "
                           "runtime.save_policy is false; set it to true or drop --eval")
+    if cfg.mode == "areal":  # its imports overlap this process's own
+        from rlcore.runners.asynchronous import forkserver
+
+        forkserver.context()
     from rlcore.runners import run_mode
 
     summary = run_mode(cfg, args.out, force=args.force)

@@ -29,7 +29,7 @@ WORKERS = ("param_service", "rollout0", "trainer0")
 # Runs far longer than any test: it only ends because a test kills part of it.
 ENDLESS = {"train": {"updates": 100000, "update_batch_size": 8},
            "staleness": {"staleness_k": 2}}
-START_TIMEOUT_S = 120  # imports, three spawned workers loading the model, a first commit
+START_TIMEOUT_S = 120  # imports, three workers loading the model, a first commit
 EXIT_TIMEOUT_S = 30  # from the kill to the exit of the main process
 GONE_TIMEOUT_S = 5  # from the exit (or kill) of the main process to the end of every worker
 
@@ -226,21 +226,24 @@ while True:
 """
 
 
-def spawned(pid: int) -> list[int]:
-    """The children of a process started by multiprocessing's spawn (spawn_main)."""
-    out = []
-    for child in descendants(pid):
+def fork_server(main: int) -> int | None:
+    """The fork server a main process started (multiprocessing.forkserver), if any."""
+    for child in descendants(main):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"spawn_main" in cmdline and getattr(proc_stat(child), "ppid", None) == pid:
-            out.append(child)
-    return out
+        if b"multiprocessing.forkserver" in cmdline and \
+                getattr(proc_stat(child), "ppid", None) == main:
+            return child
+    return None
 
 
+@pytest.mark.parametrize("when", ["server importing", "workers forked"])
 def test_main_killed_while_workers_start_under_subreaper(tiny_model_dir: Path,
-                                                         tmp_path: Path):
+                                                         tmp_path: Path, when: str):
+    """The main process SIGKILLed while the fork server imports torch, or just after it
+    forked the workers (before they load): the server and every worker end."""
     config = write_config(tmp_path, tiny_model_dir, mode="areal", **ENDLESS)
     out, workers = tmp_path / "run", Workers()
     with (tmp_path / "stderr.txt").open("w") as err:
@@ -251,14 +254,17 @@ def test_main_killed_while_workers_start_under_subreaper(tiny_model_dir: Path,
     try:
         main = int(reaper.stdout.readline())
         deadline = time.monotonic() + START_TIMEOUT_S
-        while len(pids := spawned(main)) < len(WORKERS):
+        wanted = 0 if when == "server importing" else len(WORKERS)
+        while (server := fork_server(main)) is None or \
+                len(pids := [p for p in descendants(server) if p != server]) < wanted:
             assert proc_stat(main) is not None and time.monotonic() < deadline
             time.sleep(0.01)
-        os.kill(main, signal.SIGKILL)  # the workers are still importing torch
+        workers.add("fork server", server)
         for pid in pids:
-            workers.add(f"spawned pid {pid}", pid)
+            workers.add(f"worker pid {pid}", pid)
+        os.kill(main, signal.SIGKILL)
         assert not [e for e in read_events(out) if e["type"] == "worker_ready"]
-        # Each worker ends once past its imports; one still alive and idle is stuck for good.
+        # Each process ends at once; one still alive and idle is stuck for good.
         assert workers.wait_gone(None, timeout=60, idle_s=2) == []
     finally:
         for pid in descendants(reaper.pid):

@@ -2,7 +2,7 @@
 
   sync.py       `sync_train`: generate, reward, update, in turn
   threaded.py   `async_train`: the asynchronous roles as threads of one process
-  areal.py      `async_areal_style`: the asynchronous roles as spawned processes
+  areal.py      `async_areal_style`: the asynchronous roles as separate processes
   asynchronous/ what the two asynchronous runners share
 
 Importing this package loads no torch: the CLI takes `WorkerFailed` and `die_with_parent`

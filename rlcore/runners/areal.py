@@ -1,7 +1,8 @@
 """`async_areal_style`: the AReaL-style runtime (paper §3-4).
 
-Every role (rollout worker, trainer, parameter service) in its own spawned process, weights
-in shared memory, the controller in this one; see `runners/asynchronous/`.
+Every role (rollout worker, trainer, parameter service) in its own process, forked from a
+fork server; weights in shared memory, the controller in this one; see
+`runners/asynchronous/`.
 """
 
 from __future__ import annotations

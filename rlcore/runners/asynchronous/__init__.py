@@ -1,7 +1,7 @@
 """What the two asynchronous runners share: roles, messages, staleness control, life cycle.
 
   runtime.py        the life cycle of a run: launch, ready barrier, drive, stop
-  vehicles.py       what carries the roles: spawned processes (AReaL-style) or threads
+  vehicles.py       what carries the roles: worker processes (AReaL-style) or threads
   interfaces.py     the Protocols a role sees (queues, flags, counters, its context)
   messages.py       the picklable messages between the roles
   controller.py     dispatch, reward, the staleness rules (rlcore/staleness.py), batching

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 
@@ -29,14 +30,27 @@ def worker_failed(worker: str, detail: str) -> WorkerFailed:
                         "summary.json was written")
 
 
-def die_with_parent(parent_pid: int) -> None:
+def running(pid: int) -> bool:
+    """Whether process `pid` is running (a zombie has died)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] not in "ZX"
+
+
+def die_with_parent(parent_pid: int, main_pid: int | None = None) -> None:
     """Ask Linux to SIGKILL this process when its parent dies (no orphans); exit at once if
-    `parent_pid` is already gone."""
+    `parent_pid` is already gone, or the main process `main_pid` (the parent's parent)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         return
     if os.getppid() != parent_pid:  # it died before the call
+        os._exit(1)
+    # The parent dies with the main process; with the main process running now, the parent
+    # was still there when this process read its pid, so the kernel watches the right one.
+    if main_pid is not None and not running(main_pid):
         os._exit(1)
 
 

@@ -2,7 +2,7 @@
 
 A role (rollout worker, trainer, parameter service, controller) sees queues, flags and
 counters only through these Protocols, so the same role code runs as a thread
-(`vehicles.Threads`: `queue.Queue`, `threading.Event`) or as a spawned process
+(`vehicles.Threads`: `queue.Queue`, `threading.Event`) or as a worker process
 (`vehicles.Processes`: pipes, `multiprocessing.Event`, shared memory).
 """
 
@@ -104,7 +104,7 @@ Role = Callable[[WorkerContext], None]
 
 
 class Vehicle(Protocol):
-    """Carries the roles: threads of this process, or spawned processes."""
+    """Carries the roles: threads of this process, or worker processes."""
 
     # Separate processes: weights in shared memory, and a worker can die alone.
     processes: bool

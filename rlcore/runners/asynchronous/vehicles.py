@@ -1,7 +1,8 @@
-"""The two vehicles that carry the asynchronous roles: spawned processes, or threads.
+"""The two vehicles that carry the asynchronous roles: processes, or threads.
 
-`Processes` is the AReaL-style runtime (paper §3): every role in its own process, started with
-the `spawn` context so that each builds its own CUDA context, weights in shared memory.
+`Processes` is the AReaL-style runtime (paper §3): every role in its own process, weights in
+shared memory. Each is forked from a clean server process (`forkserver.py`) that has imported
+torch but run nothing, so each builds its own threads and CUDA context, as spawned ones would.
 `Threads` is the threaded baseline: the same roles as threads of one process, where Python's
 GIL serialises their Python work, which is the point of the comparison.
 """
@@ -17,8 +18,9 @@ import traceback
 from typing import Any
 
 import torch
-import torch.multiprocessing as torch_mp
+import torch.multiprocessing  # noqa: F401 - registers the reductions that share tensors
 
+from rlcore.runners.asynchronous import forkserver
 from rlcore.runners.asynchronous.health import die_with_parent
 from rlcore.runners.asynchronous.interfaces import (
     Counters,
@@ -42,9 +44,8 @@ def _run_role(fn: Role, ctx: WorkerContext) -> bool:
 
 
 def _process_entry(fn: Role, ctx: WorkerContext) -> None:
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        die_with_parent(parent.pid)
+    # The OS parent is the fork server, which dies with the main process (forkserver_init).
+    die_with_parent(os.getppid(), main_pid=multiprocessing.parent_process().pid)
     if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
         os.sched_setaffinity(0, ctx.cpus)
     torch.set_num_threads(ctx.cfg.runtime.threads_per_role)
@@ -86,12 +87,12 @@ class PipeQueue:
 
 
 class Processes:
-    """The `spawn` vehicle: one process per role, weights in shared memory."""
+    """The process vehicle: one process per role, weights in shared memory."""
 
     processes = True
 
     def __init__(self) -> None:
-        self.mp = torch_mp.get_context("spawn")
+        self.mp = forkserver.context()
         self.handles: dict[str, Any] = {}
 
     def queue(self) -> Queue:
