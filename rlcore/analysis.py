@@ -1,9 +1,10 @@
 """From run directories to the paper's tables: one row per run, then means over seeds.
 
-Runs live at `<root>/{mode}/k{K}/{objective}/seed{seed}/` (DESIGN.md). A run contributes
-once its summary.json exists; its held-out pass rate comes from eval.json when `rlcore eval`
-has scored it. Aggregates are the mean and the half-width of a two-sided 95% Student-t
-confidence interval over seeds (0 with a single seed).
+Runs live at `<root>/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (DESIGN.md); the policy
+is the name the pipeline config gives the run's staleness settings (`policies:`), read from
+that path. A run contributes once its summary.json exists; its held-out pass rate comes from
+eval.json when `rlcore eval` has scored it. Aggregates are the mean and the half-width of a
+two-sided 95% Student-t confidence interval over seeds (0 with a single seed).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
          2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
          2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
-GROUP = ("mode", "staleness_k", "objective")
+GROUP = ("mode", "policy", "staleness_k", "objective")
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -35,15 +36,20 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     return mean, t * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def run_policy(run_dir: Path) -> str:
+    """The policy name of a run directory `.../{mode}/{policy}/k{K}/{objective}/seed{seed}`."""
+    return Path(run_dir).parents[2].name
+
+
 def run_row(run_dir: Path) -> dict[str, Any]:
     """The figures of one finished run that the tables use."""
     s = json.loads((run_dir / "summary.json").read_text())
     eval_file = run_dir / "eval.json"
     ev = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
-    t, m = s["tokens"], s["metrics"]
+    t, m, n = s["tokens"], s["metrics"], s["samples"]
     return {
-        "mode": s["mode"], "staleness_k": s["staleness_k"], "objective": s["objective"],
-        "seed": s["seed"], "run_dir": str(run_dir),
+        "mode": s["mode"], "policy": run_policy(run_dir), "staleness_k": s["staleness_k"],
+        "objective": s["objective"], "seed": s["seed"], "run_dir": str(run_dir),
         "heldout_pass_rate": ev.get("sampled_pass_rate"),
         "heldout_greedy_pass_rate": ev.get("greedy_pass_rate"),
         "train_pass_rate_final": m["train_pass_rate_final"],
@@ -52,6 +58,8 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "threshold": m["threshold"],
         "reward_per_1k_tokens": m["reward_per_1k_tokens"],
         "acceptance_rate": m["acceptance_rate"],
+        "dropped_stale": n["dropped_stale"],
+        "resubmissions": n["resubmissions"],
         "accepted_samples_per_s": m["accepted_samples_per_s"],
         "updates_per_s": s["updates"] / s["time"]["wall_s"],
         "wall_s": s["time"]["wall_s"],
@@ -67,12 +75,13 @@ def run_row(run_dir: Path) -> dict[str, Any]:
 
 def load_runs(root: str | Path) -> list[dict[str, Any]]:
     """One row per complete run under root, in a stable order."""
-    rows = [run_row(p.parent) for p in sorted(Path(root).glob("*/k*/*/seed*/summary.json"))]
-    return sorted(rows, key=lambda r: (r["mode"], r["staleness_k"], r["objective"], r["seed"]))
+    rows = [run_row(p.parent)
+            for p in sorted(Path(root).glob("*/*/k*/*/seed*/summary.json"))]
+    return sorted(rows, key=lambda r: (*(r[k] for k in GROUP), r["seed"]))
 
 
 def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """Per (mode, K, objective): seeds, and mean and CI half-width of each metric.
+    """Per (mode, policy, K, objective): seeds, and mean and CI half-width of each metric.
 
     A metric missing in some runs (a threshold never reached, a run not evaluated) is averaged
     over the runs that have it, and `<metric>/n` says how many did.
@@ -106,9 +115,15 @@ LABELS = {
     "wall_s": "end-to-end (s)",
     "cold_start_s": "cold start (s)",
     "updates_per_s": "updates/s",
+    "acceptance_rate": "accepted / generated",
+    "dropped_stale": "dropped stale",
+    "resubmissions": "resubmissions",
+    "accepted_samples_per_s": "accepted samples/s",
+    "tokens_wasted": "tokens wasted",
+    "wasted_frac": "wasted / generated tokens",
 }
-K_SWEEP = ("acceptance_rate", "accepted_samples_per_s", "tokens_wasted", "wasted_frac",
-           "heldout_pass_rate")
+K_SWEEP = ("acceptance_rate", "dropped_stale", "resubmissions", "tokens_wasted",
+           "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate")
 
 
 def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,21 +133,33 @@ def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mode, objective and K: acceptance, accepted throughput, waste, final pass rate."""
+    """Per mode, policy, objective and K: acceptance, drops, resubmissions, wasted tokens,
+    accepted throughput, final pass rate."""
     return aggregate(rows, K_SWEEP)
 
 
-def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str = "areal"
+def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str
                  ) -> list[dict[str, Any]]:
-    """AReaL's Table 2, shaped for this grid: the held-out pass rate of `mode` per objective
-    (rows) and staleness bound K (columns), with sync as the K = 0, on-policy reference."""
-    cells = aggregate([r for r in rows if r["mode"] in ("sync", mode)], ("heldout_pass_rate",))
+    """AReaL's Table 2, shaped for this grid: the held-out pass rate of (`mode`, `policy`) per
+    objective (rows) and staleness bound K (columns), with sync as the K = 0, on-policy
+    reference. Sync runs are one reference for all objectives when the grid runs sync with
+    fewer objectives (on-policy, the four give the same gradient)."""
+    rows = list(rows)
+    arm = [r for r in rows if r["mode"] == mode and r["policy"] == policy]
+    cells = aggregate(arm, ("heldout_pass_rate",))
+    sync = [r for r in rows if r["mode"] == "sync"]
     out: dict[str, dict[str, Any]] = {}
     for c in cells:
-        column = "sync" if c["mode"] == "sync" else f"K={c['staleness_k']}"
-        row = out.setdefault(c["objective"], {"objective": c["objective"], "mode": mode})
+        row = out.setdefault(c["objective"], {"objective": c["objective"], "mode": mode,
+                                              "policy": policy})
         for stat in ("mean", "ci95", "n"):
-            row[f"{column}/{stat}"] = c[f"heldout_pass_rate/{stat}"]
+            row[f"K={c['staleness_k']}/{stat}"] = c[f"heldout_pass_rate/{stat}"]
+    for objective, row in out.items():
+        same = [r for r in sync if r["objective"] == objective] or sync
+        values = [r["heldout_pass_rate"] for r in same if r["heldout_pass_rate"] is not None]
+        row["sync/mean"], row["sync/ci95"] = mean_ci95(values)
+        row["sync/n"] = len(values)
+        row["sync_objectives"] = ",".join(sorted({r["objective"] for r in same}))
     return [out[o] for o in sorted(out)]
 
 
@@ -147,6 +174,11 @@ def quality_vs_k_markdown(table: Sequence[dict[str, Any]]) -> str:
         cells = [format_mean_ci(row.get(f"{c}/mean", math.nan), row.get(f"{c}/ci95", 0.0),
                                 row.get(f"{c}/n", 0)) for c in columns]
         lines.append(f"| {row['objective']} | " + " | ".join(cells) + " |")
+    shared = sorted({row["sync_objectives"] for row in table
+                     if row.get("sync/n") and row["sync_objectives"] != row["objective"]})
+    if shared:
+        lines.append(f"\nSync ran {', '.join(shared)} only: on-policy the four objectives give "
+                     "the same gradient, so those runs are every objective's reference.")
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,7 @@ in `rlcore/trace_figures.py`).
 
 The data behind each figure is computed by a pure function (unit-tested); the `draw_*`
 functions only lay it out with matplotlib and save PNG and SVG. A configuration is a
-(mode, K, objective) triple; curves and bars are means over seeds with 95% t intervals
+(mode, policy, K, objective) tuple; curves and bars are means over seeds with 95% t intervals
 (`rlcore.analysis.mean_ci95`), the same statistics as the tables.
 """
 
@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 from matplotlib.patches import Patch  # noqa: E402
 
-from rlcore.analysis import mean_ci95, quality_vs_k  # noqa: E402
+from rlcore.analysis import mean_ci95, quality_vs_k, run_policy  # noqa: E402
 from rlcore.metrics import moving_average  # noqa: E402
 
 MODES = ("sync", "async", "areal")
@@ -31,6 +31,8 @@ MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
 # Where each mode's point labels go, so that neighbouring points' labels do not collide.
 LABEL_OFFSET = {"sync": (-5, 5), "async": (5, -11), "areal": (5, 5)}
 K_LINESTYLE = ("-", "--", ":", "-.")
+# A mode's second and third policy are drawn in darker and lighter shades of its colour.
+POLICY_SHADE = (0.0, -0.45, 0.45)
 
 # Stable SVG ids and no timestamp, so an unchanged figure is an unchanged file.
 plt.rcParams["svg.hashsalt"] = "rlcore"
@@ -41,35 +43,58 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def config_label(mode: str, k: int) -> str:
-    """'AReaL-style K=2': how a (mode, K) configuration is named in every figure."""
-    return f"{MODE_LABEL.get(mode, mode)} K={k}"
+def config_label(mode: str, policy: str, k: int) -> str:
+    """'AReaL-style/paper K=2': how a (mode, policy, K) configuration is named in every
+    figure; sync, which has nothing to drop or interrupt, shows no policy."""
+    name = MODE_LABEL.get(mode, mode) if mode == "sync" else \
+        f"{MODE_LABEL.get(mode, mode)}/{policy}"
+    return f"{name} K={k}"
 
 
 def mode_rank(mode: str) -> int:
     return MODES.index(mode) if mode in MODES else len(MODES)
 
 
-def config_order(key: tuple[str, int, str]) -> tuple[int, int, str]:
-    """Sort (mode, K, objective) as sync, threaded, AReaL-style, then by K."""
-    mode, k, objective = key
-    return (mode_rank(mode), k, objective)
+Config = tuple[str, str, int, str]  # (mode, policy, K, objective)
 
 
-def run_key(run_dir: Path) -> tuple[str, int, str]:
+def config_order(key: Config) -> tuple[int, str, int, str]:
+    """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by policy, K."""
+    mode, policy, k, objective = key
+    return (mode_rank(mode), policy, k, objective)
+
+
+def run_key(run_dir: Path) -> Config:
+    """(mode, policy, K, objective) of a run directory."""
     s = json.loads((run_dir / "summary.json").read_text())
-    return s["mode"], s["staleness_k"], s["objective"]
+    return s["mode"], run_policy(run_dir), s["staleness_k"], s["objective"]
 
 
 Row = dict[str, Any]  # one run's figures, as `rlcore.analysis.run_row` gives them
 
 
-def group_rows(rows: Iterable[Row]) -> dict[tuple[str, int, str], list[Row]]:
-    """Runs by configuration (mode, K, objective), in figure order."""
-    groups: dict[tuple[str, int, str], list[Row]] = {}
+def group_rows(rows: Iterable[Row]) -> dict[Config, list[Row]]:
+    """Runs by configuration (mode, policy, K, objective), in figure order."""
+    groups: dict[Config, list[Row]] = {}
     for r in rows:
-        groups.setdefault((r["mode"], r["staleness_k"], r["objective"]), []).append(r)
+        key = (r["mode"], r["policy"], r["staleness_k"], r["objective"])
+        groups.setdefault(key, []).append(r)
     return {k: groups[k] for k in sorted(groups, key=config_order)}
+
+
+def arm_colors(keys: Iterable[Config]) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """A colour per (mode, policy): the mode's colour for its first policy (by name), a
+    darker then a lighter shade for the next ones."""
+    policies: dict[str, list[str]] = {}
+    for mode, policy, _, _ in keys:
+        if policy not in policies.setdefault(mode, []):
+            policies[mode].append(policy)
+    out = {}
+    for mode, names in policies.items():
+        for i, policy in enumerate(sorted(names)):
+            out[(mode, policy)] = shade(MODE_COLOR.get(mode, "#777777"),
+                                        POLICY_SHADE[i % len(POLICY_SHADE)])
+    return out
 
 
 # ---- data -------------------------------------------------------------------------------
@@ -111,14 +136,21 @@ def save(fig: plt.Figure, png: str | Path, svg: str | Path) -> None:
     plt.close(fig)
 
 
-def lighter(color: str, towards_white: float = 0.55) -> tuple[float, float, float]:
+def lighter(color: Any, towards_white: float = 0.55) -> tuple[float, float, float]:
     """An opaque lighter shade (overlapping spans stay one colour, unlike with alpha)."""
     r, g, b = matplotlib.colors.to_rgb(color)
     return tuple(c + (1 - c) * towards_white for c in (r, g, b))  # type: ignore[return-value]
 
 
-def _style(mode: str, k: int, ks: Sequence[int]) -> dict[str, Any]:
-    return {"color": MODE_COLOR.get(mode), "linestyle": K_LINESTYLE[ks.index(k) % 4]}
+def shade(color: Any, amount: float) -> tuple[float, float, float]:
+    """Lighter towards white for amount > 0, darker towards black for amount < 0."""
+    if amount >= 0:
+        return lighter(color, amount)
+    return tuple(c * (1 + amount) for c in matplotlib.colors.to_rgb(color))  # type: ignore
+
+
+def _style(color: Any, k: int, ks: Sequence[int]) -> dict[str, Any]:
+    return {"color": color, "linestyle": K_LINESTYLE[ks.index(k) % 4]}
 
 
 def _objective_axes(objectives: Sequence[str], height: float = 3.6, sharey: bool = True):
@@ -130,30 +162,30 @@ def _objective_axes(objectives: Sequence[str], height: float = 3.6, sharey: bool
     return fig, axes[0]
 
 
-def _objectives(groups: dict[tuple[str, int, str], list[Row]]) -> list[str]:
-    return sorted({o for _, _, o in groups})
+def _objectives(groups: dict[Config, list[Row]]) -> list[str]:
+    return sorted({o for *_, o in groups})
 
 
-def _mode_ks(groups: dict[tuple[str, int, str], list[Row]]) -> dict[str, list[int]]:
-    ks: dict[str, set[int]] = {}
-    for mode, k, _ in groups:
-        ks.setdefault(mode, set()).add(k)
-    return {m: sorted(v) for m, v in ks.items()}
+def _arm_ks(groups: dict[Config, list[Row]]) -> dict[tuple[str, str], list[int]]:
+    ks: dict[tuple[str, str], set[int]] = {}
+    for mode, policy, k, _ in groups:
+        ks.setdefault((mode, policy), set()).add(k)
+    return {a: sorted(v) for a, v in ks.items()}
 
 
 def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Paper Figure 2: training pass rate against policy updates, per configuration."""
     groups = group_rows(rows)
-    objectives, mode_ks = _objectives(groups), _mode_ks(groups)
+    objectives, arm_ks, colors = _objectives(groups), _arm_ks(groups), arm_colors(groups)
     fig, axes = _objective_axes(objectives, height=4.0)
     threshold = None
-    for (mode, k, objective), members in groups.items():
+    for (mode, policy, k, objective), members in groups.items():
         curves = [pass_rate_curve(Path(r["run_dir"])) for r in members]
         threshold = curves[0][1]
         mean, _ = mean_curve([c for c, _ in curves])
         ax = axes[objectives.index(objective)]
-        ax.plot(range(1, len(mean) + 1), mean, label=config_label(mode, k), linewidth=1.1,
-                **_style(mode, k, mode_ks[mode]))
+        ax.plot(range(1, len(mean) + 1), mean, label=config_label(mode, policy, k),
+                linewidth=1.1, **_style(colors[(mode, policy)], k, arm_ks[(mode, policy)]))
     for ax in axes:
         if threshold is not None:
             ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=(0, (4, 4)))
@@ -172,22 +204,23 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
 
 def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                png: str | Path, svg: str | Path, missing_note: str | None = None) -> None:
-    """Bars of a metric per (mode, K), one bar per objective, mean ± 95% CI, seeds as dots."""
+    """Bars of a metric per (mode, policy, K), one bar per objective, mean ± 95% CI, seeds as
+    dots."""
     groups = group_rows(rows)
-    configs = list(dict.fromkeys((m, k) for m, k, _ in groups))
-    objectives = _objectives(groups)
+    configs = list(dict.fromkeys((m, p, k) for m, p, k, _ in groups))
+    objectives, colors = _objectives(groups), arm_colors(groups)
     width = 0.8 / len(objectives)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(configs) + 2), 4.0),
                            layout="constrained")
     hatches = ("", "//", "..", "xx")
     for j, objective in enumerate(objectives):
-        for i, (mode, k) in enumerate(configs):
-            members = groups.get((mode, k, objective), [])
+        for i, (mode, policy, k) in enumerate(configs):
+            members = groups.get((mode, policy, k, objective), [])
             values = [r[metric] for r in members if r[metric] is not None]
             x = i + (j - (len(objectives) - 1) / 2) * width
             if values:
                 mean, ci = mean_ci95(values)
-                ax.bar(x, mean, width * 0.9, yerr=ci, capsize=3, color=MODE_COLOR.get(mode),
+                ax.bar(x, mean, width * 0.9, yerr=ci, capsize=3, color=colors[(mode, policy)],
                        alpha=0.75, hatch=hatches[j % 4], edgecolor="white",
                        label=f"objective: {objective}" if i == 0 else None)
                 ax.plot([x] * len(values), values, "k.", markersize=4)
@@ -195,7 +228,7 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                 ax.annotate(f"{len(values)}/{len(members)}\n{missing_note}", (x, 0),
                             xytext=(0, 3), textcoords="offset points", ha="center",
                             fontsize=6)
-    ax.set_xticks(range(len(configs)), [config_label(m, k) for m, k in configs],
+    ax.set_xticks(range(len(configs)), [config_label(*c) for c in configs],
                   rotation=30, ha="right")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
@@ -224,14 +257,15 @@ def draw_reward_per_1k(rows: Sequence[Row], png: str | Path,
 def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                             svg: str | Path) -> None:
     """Held-out pass rate against accepted samples/s for every K: the staleness trade-off."""
-    groups = group_rows(rows)  # in K order within each mode
-    objectives = _objectives(groups)
+    groups = group_rows(rows)  # in K order within each (mode, policy)
+    objectives, colors = _objectives(groups), arm_colors(groups)
     fig, axes = _objective_axes(objectives, height=4.0)
     for objective, ax in zip(objectives, axes, strict=True):
-        for mode in MODES:
+        for arm, color in colors.items():
+            mode, policy = arm
             points = []
-            for (m, k, o), members in groups.items():
-                if m != mode or o != objective:
+            for (m, p, k, o), members in groups.items():
+                if (m, p) != arm or o != objective:
                     continue
                 x, xe = mean_ci95([r["accepted_samples_per_s"] for r in members])
                 quality = [r["heldout_pass_rate"] for r in members
@@ -240,43 +274,53 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                     continue
                 y, ye = mean_ci95(quality)
                 points.append((x, y))
-                ax.errorbar(x, y, xerr=xe, yerr=ye, color=MODE_COLOR[mode],
-                            marker=MODE_MARKER[mode], capsize=2, markersize=5,
-                            label=MODE_LABEL[mode] if len(points) == 1 else None)
+                ax.errorbar(x, y, xerr=xe, yerr=ye, color=color, marker=MODE_MARKER[mode],
+                            capsize=2, markersize=5,
+                            label=config_label(mode, policy, k).rsplit(" K=", 1)[0]
+                            if len(points) == 1 else None)
                 ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],
-                            textcoords="offset points", fontsize=7, color=MODE_COLOR[mode],
+                            textcoords="offset points", fontsize=7, color=color,
                             ha="right" if mode == "sync" else "left")
             if len(points) > 1:
-                ax.plot(*zip(*points, strict=True), color=MODE_COLOR[mode], linewidth=0.8,
-                        alpha=0.6)
+                ax.plot(*zip(*points, strict=True), color=color, linewidth=0.8, alpha=0.6)
         ax.set_xlabel("accepted samples per second (throughput)")
     axes[0].set_ylabel("held-out sampled pass rate")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=8,
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:  # an arm may be missing from the first panel
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    fig.legend(handles, labels, loc="outside right center", fontsize=8,
                title="mean ± 95% CI\nover seeds", title_fontsize=7)
     save(fig, png, svg)
 
 
 def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
-    """Staleness of accepted and stale-dropped samples, one panel per async (mode, K)."""
-    by_config: dict[tuple[str, int], list[Path]] = {}
-    for (mode, k, _), members in group_rows(rows).items():
+    """Staleness of accepted and stale-dropped samples, one panel per asynchronous
+    (mode, policy, K)."""
+    by_config: dict[tuple[str, str, int], list[Path]] = {}
+    groups = group_rows(rows)
+    colors = arm_colors(groups)
+    for (mode, policy, k, _), members in groups.items():
         if mode != "sync":
-            by_config.setdefault((mode, k), []).extend(Path(r["run_dir"]) for r in members)
-    if not by_config:
-        by_config = {("sync", 0): [Path(r["run_dir"]) for r in rows]}
+            by_config.setdefault((mode, policy, k), []).extend(
+                Path(r["run_dir"]) for r in members)
+    if not by_config:  # a sync-only grid: one panel of its samples, all of staleness 0
+        by_config = {("sync", rows[0]["policy"], 0): [Path(r["run_dir"]) for r in rows]}
     configs = list(by_config)
     cols = min(4, len(configs))
-    rows = -(-len(configs) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False,
+    n_rows = -(-len(configs) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(3.4 * cols, 2.8 * n_rows), squeeze=False,
                              layout="constrained")
     for ax in axes.flat[len(configs):]:
         ax.set_visible(False)
-    for ax, (mode, k) in zip(axes.flat, configs, strict=False):
-        counts = staleness_counts(by_config[(mode, k)])
+    for ax, (mode, policy, k) in zip(axes.flat, configs, strict=False):
+        counts = staleness_counts(by_config[(mode, policy, k)])
         total = sum(counts["accepted"].values()) + sum(counts["dropped_stale"].values())
         xs = list(range(max([k + 1, *counts["accepted"], *counts["dropped_stale"]]) + 1))
         for kind, offset, color, label in (
-            ("accepted", -0.2, MODE_COLOR[mode], "accepted"),
+            ("accepted", -0.2, colors.get((mode, policy), "#777777"), "accepted"),
             ("dropped_stale", 0.2, "#b2182b", "dropped (stale)"),
         ):
             ax.bar([x + offset for x in xs],
@@ -285,7 +329,7 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
         ax.axvline(k + 0.5, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xticks(xs)
         dropped = sum(counts["dropped_stale"].values()) / max(total, 1)
-        ax.set_title(f"{config_label(mode, k)} (dropped {dropped:.1%})", fontsize=9)
+        ax.set_title(f"{config_label(mode, policy, k)} (dropped {dropped:.1%})", fontsize=9)
         ax.set_xlabel("staleness (policy versions)")
         ax.set_ylabel("share of scored samples")
     axes.flat[0].legend(fontsize=7, title="dashed: bound K", title_fontsize=7)
@@ -296,18 +340,21 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
     """End-to-end time per configuration: the measured training time on top of the cold
     start, with updates/s above each bar (the paper's question: does async shorten it?)."""
     groups = group_rows(rows)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(groups) + 2), 4.2),
+    colors = arm_colors(groups)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(groups) + 2), 4.2),
                            layout="constrained")
-    for i, ((mode, _, _), members) in enumerate(groups.items()):
+    for i, ((mode, policy, _, _), members) in enumerate(groups.items()):
         cold, _ = mean_ci95([r["cold_start_s"] for r in members])
         wall, _ = mean_ci95([r["wall_s"] for r in members])
         total, total_ci = mean_ci95([r["cold_start_s"] + r["wall_s"] for r in members])
-        ax.bar(i, cold, 0.7, color=lighter(MODE_COLOR[mode]))
-        ax.bar(i, wall, 0.7, bottom=cold, color=MODE_COLOR[mode], yerr=total_ci, capsize=3)
+        color = colors[(mode, policy)]
+        ax.bar(i, cold, 0.7, color=lighter(color))
+        ax.bar(i, wall, 0.7, bottom=cold, color=color, yerr=total_ci, capsize=3)
         rate, _ = mean_ci95([r["updates_per_s"] for r in members])
         ax.annotate(f"{rate:.0f}/s", (i, total + total_ci), xytext=(0, 2),
                     textcoords="offset points", ha="center", fontsize=6)
-    ax.set_xticks(range(len(groups)), [f"{config_label(m, k)}, {o}" for m, k, o in groups],
+    ax.set_xticks(range(len(groups)),
+                  [f"{config_label(m, p, k)}, {o}" for m, p, k, o in groups],
                   rotation=40, ha="right", fontsize=7)
     ax.set_ylabel("seconds")
     ax.grid(axis="y", alpha=0.3)
@@ -324,12 +371,13 @@ OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e729
 
 
 def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
-                      mode: str = "areal") -> None:
+                      mode: str, policy: str) -> None:
     """AReaL's Table 2 as a figure: held-out pass rate against K per objective, for one
-    asynchronous mode, with sync as the on-policy reference (dashed)."""
-    table = quality_vs_k(rows, mode)
+    asynchronous (mode, policy), with sync as the on-policy reference (dashed)."""
+    table = quality_vs_k(rows, mode, policy)
     fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
     all_ks: set[int] = set()
+    sync_drawn: set[float] = set()
     for i, row in enumerate(table):
         color = OBJECTIVE_COLOR.get(row["objective"])
         ks = sorted(int(key[2:].split("/")[0]) for key in row
@@ -341,10 +389,13 @@ def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
             ax.errorbar([k + dodge for k in ks], [row[f"K={k}/mean"] for k in ks],
                         yerr=[row[f"K={k}/ci95"] for k in ks], color=color, marker="o",
                         capsize=3, label=row["objective"])
-        if row.get("sync/n"):
-            ax.axhline(row["sync/mean"], color=color, linewidth=0.9, linestyle="--")
+        shared = row["sync_objectives"] != row["objective"]
+        if row.get("sync/n") and not (shared and row["sync/mean"] in sync_drawn):
+            ax.axhline(row["sync/mean"], color="#4d4d4d" if shared else color,
+                       linewidth=0.9, linestyle="--")
+            sync_drawn.add(row["sync/mean"])
     ax.set_xticks(sorted(all_ks))
-    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)})")
+    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)}, policy {policy})")
     ax.set_ylabel("held-out sampled pass rate")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, title="mean ± 95% CI over seeds\ndashed: sync (on-policy)",

@@ -68,8 +68,9 @@ def draw_queue_depth(traces: dict[str, Path], window: tuple[float, float],
         trace = queue_trace(read_jsonl(run_dir / "events.jsonl"))
         for q in QUEUES:
             ax.step(trace["t"], trace[q], where="post", label=QUEUE_LABEL[q], linewidth=0.9)
-        mode_, k, objective = run_key(run_dir)
-        ax.set_title(f"{config_label(mode_, k)}, {objective}, {run_dir.name}", fontsize=9)
+        mode_, policy, k, objective = run_key(run_dir)
+        ax.set_title(f"{config_label(mode_, policy, k)}, {objective}, {run_dir.name}",
+                     fontsize=9)
         ax.set_ylabel("depth (items)")
         ax.set_xlim(*window)
         ax.grid(alpha=0.3)
@@ -92,7 +93,7 @@ def draw_worker_activity(traces: dict[str, Path], window: tuple[float, float],
         run_dir = traces[mode]
         summary = json.loads((run_dir / "summary.json").read_text())
         spans = busy_spans(read_jsonl(run_dir / "events.jsonl"), start, end)
-        name = config_label(mode, summary["staleness_k"])
+        name = config_label(*run_key(run_dir)[:3])
         for role in reversed(ROLES):
             color = MODE_COLOR[mode] if role == "rollout" else lighter(MODE_COLOR[mode])
             ax.broken_barh(spans[role], (y, 0.8), facecolors=color)

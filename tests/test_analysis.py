@@ -59,13 +59,14 @@ class TestMetrics:
 
 def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
              heldout: float | None, ttt: float | None, stale: int = 0,
-             interrupted: int = 0) -> None:
-    d = root / mode / f"k{k}" / objective / f"seed{seed}"
+             interrupted: int = 0, policy: str = "paper") -> None:
+    d = root / mode / policy / f"k{k}" / objective / f"seed{seed}"
     d.mkdir(parents=True)
     summary: dict[str, Any] = {
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
         "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
         "time": {"wall_s": 2.0, "cold_start_s": 1.5, "overlap_frac": 0.5},
+        "samples": {"dropped_stale": stale // 5, "resubmissions": interrupted},
         "load": {"contended": seed == 1},
         "metrics": {"train_pass_rate_final": 0.5, "time_to_threshold_s": ttt, "threshold": 0.5,
                     "steps_to_threshold": None if ttt is None else int(ttt * 10),
@@ -83,14 +84,14 @@ def runs(tmp_path: Path) -> list[dict[str, Any]]:
     for seed, (h, ttt) in enumerate([(0.4, 1.0), (0.5, None), (0.6, 3.0)]):
         fake_run(tmp_path, "areal", 2, "pg", seed, heldout=h, ttt=ttt, stale=10,
                  interrupted=5)
-    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0)
-    (tmp_path / "sync" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished: ignored
+    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0, policy="none")
+    (tmp_path / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
     return load_runs(tmp_path)
 
 
 def test_load_runs(runs: list[dict[str, Any]]):
-    assert [(r["mode"], r["seed"]) for r in runs] == [("areal", 0), ("areal", 1), ("areal", 2),
-                                                      ("sync", 0)]
+    assert [(r["mode"], r["policy"], r["seed"]) for r in runs] == [
+        ("areal", "paper", 0), ("areal", "paper", 1), ("areal", "paper", 2), ("sync", "none", 0)]
     assert runs[0]["tokens_wasted"] == 15 and runs[0]["wasted_frac"] == 0.15
     assert runs[0]["updates_per_s"] == 5.0
 
@@ -111,7 +112,8 @@ def test_table1_means_over_seeds(runs: list[dict[str, Any]]):
 def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
     text = to_markdown(table1(runs), ["heldout_pass_rate", "time_to_threshold_s"])
     lines = text.splitlines()
-    assert lines[0].startswith("| mode | staleness_k | objective | seeds | held-out pass")
+    assert lines[0].startswith(
+        "| mode | policy | staleness_k | objective | seeds | held-out pass")
     assert "0.500 ± 0.248" in lines[2]
     assert lines[0].endswith("| timed under contention |")
     assert lines[2].endswith("| 1 of 3 |") and lines[3].endswith("| no |")  # areal, sync
@@ -121,7 +123,9 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
 
 def test_k_sweep_has_waste(runs: list[dict[str, Any]]):
     areal = k_sweep(runs)[0]
+    assert (areal["mode"], areal["policy"]) == ("areal", "paper")
     assert areal["tokens_wasted/mean"] == 15.0 and areal["wasted_frac/mean"] == 0.15
+    assert areal["dropped_stale/mean"] == 2.0 and areal["resubmissions/mean"] == 5.0
 
 
 def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: Path,
@@ -139,7 +143,7 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
         staleness={"staleness_k": 1, "interrupt": "resubmit", "staleness_control": "filter",
                    "max_retries": 1},
         eval={"window": 3}))
-    run_dir = tmp_path / "async" / "k1" / "pg" / "seed0"
+    run_dir = tmp_path / "async" / "paper" / "k1" / "pg" / "seed0"
     summary = run_mode(cfg, run_dir)
     evaluate_run(run_dir)
     samples = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
@@ -166,10 +170,27 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
 def test_quality_vs_k_puts_objectives_in_rows_and_k_in_columns(runs: list[dict[str, Any]]):
     from rlcore.analysis import quality_vs_k, quality_vs_k_markdown
 
-    (pg,) = quality_vs_k(runs)
+    (pg,) = quality_vs_k(runs, "areal", "paper")
     # areal K=2 held-out 0.4, 0.5, 0.6 -> 0.5 ± 4.303 * 0.1 / sqrt(3); sync not evaluated
     assert pg["objective"] == "pg" and pg["K=2/mean"] == pytest.approx(0.5)
     assert pg["K=2/ci95"] == pytest.approx(0.24843, abs=1e-5) and pg["sync/n"] == 0
     lines = quality_vs_k_markdown([pg]).splitlines()
     assert lines[0] == "| objective | sync (K=0 reference) | K=2 |"
     assert lines[2] == "| pg | — | 0.500 ± 0.248 |"
+    assert quality_vs_k(runs, "areal", "areal") == []  # no run under that policy
+
+
+def test_quality_vs_k_takes_one_policy_and_shares_the_sync_reference(tmp_path: Path):
+    """Only the named policy's runs fill the cells; a sync run of pg is the reference of an
+    objective sync did not run (on-policy, the objectives give the same gradient)."""
+    from rlcore.analysis import quality_vs_k, quality_vs_k_markdown
+
+    fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.3, ttt=None, policy="paper")
+    fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.9, ttt=None, policy="areal")
+    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=0.7, ttt=None, policy="none")
+    (a3po,) = quality_vs_k(load_runs(tmp_path), "areal", "paper")
+    assert a3po["K=0/mean"] == 0.3 and a3po["sync/mean"] == 0.7
+    assert a3po["sync_objectives"] == "pg"
+    text = quality_vs_k_markdown([a3po])
+    assert "| a3po | 0.700 ± 0.000 | 0.300 ± 0.000 |" in text
+    assert "Sync ran pg only" in text

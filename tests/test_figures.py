@@ -17,11 +17,26 @@ def test_mean_curve_is_pointwise_and_cut_to_the_shortest():
     assert ci == pytest.approx([6.353, 6.353])
 
 
-def test_runs_sort_sync_then_threaded_then_areal_then_by_k():
-    keys = [("areal", 2, "pg"), ("sync", 0, "pg"), ("areal", 0, "pg"), ("async", 4, "pg")]
+def test_runs_sort_sync_then_threaded_then_areal_then_by_policy_and_k():
+    keys = [("areal", "paper", 2, "pg"), ("sync", "none", 0, "pg"),
+            ("areal", "paper", 0, "pg"), ("async", "areal", 4, "pg"),
+            ("areal", "areal", 8, "pg")]
     assert sorted(keys, key=figures.config_order) == [
-        ("sync", 0, "pg"), ("async", 4, "pg"), ("areal", 0, "pg"), ("areal", 2, "pg")]
-    assert figures.config_label("areal", 2) == "AReaL-style K=2"
+        ("sync", "none", 0, "pg"), ("async", "areal", 4, "pg"), ("areal", "areal", 8, "pg"),
+        ("areal", "paper", 0, "pg"), ("areal", "paper", 2, "pg")]
+    assert figures.config_label("areal", "paper", 2) == "AReaL-style/paper K=2"
+    assert figures.config_label("sync", "none", 0) == "sync K=0"
+
+
+def test_each_policy_of_a_mode_gets_its_own_shade():
+    colors = figures.arm_colors([("areal", "paper", 0, "pg"), ("areal", "areal", 2, "pg"),
+                                 ("sync", "none", 0, "pg")])
+    orange = figures.matplotlib.colors.to_rgb(figures.MODE_COLOR["areal"])
+    assert colors[("areal", "areal")] == pytest.approx(orange)  # first by name
+    # second: 45% darker, each channel times 0.55
+    assert colors[("areal", "paper")] == pytest.approx(tuple(c * 0.55 for c in orange))
+    assert colors[("sync", "none")] == pytest.approx(
+        figures.matplotlib.colors.to_rgb(figures.MODE_COLOR["sync"]))
 
 
 def test_staleness_counts_add_up_over_runs(tmp_path: Path):

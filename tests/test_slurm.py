@@ -54,7 +54,7 @@ def test_a_run_job_asks_slurm_for_two_gpus(tmp_path: Path):
         tool.chmod(0o755)
     workdir = tmp_path / "work"
     data = small_pipeline_config()
-    data["grid"]["modes"] = {"sync": [0]}
+    data["grid"]["blocks"] = data["grid"]["blocks"][1:]  # the one AReaL-style run
     write_config(workdir, data)
     log = tmp_path / "sbatch.log"
     env = {**ENV, "PATH": f"{fake}{os.pathsep}{ENV['PATH']}", "SBATCH_LOG": str(log)}
@@ -134,7 +134,7 @@ def test_small_grid_end_to_end_on_slurm(local_slurm: Path, tmp_path: Path):
     sync_here = table(here / "results" / "tables" / "table1.csv")[("sync", "0")]
     for key in ("heldout_pass_rate/mean", "reward_per_1k_tokens/mean"):
         assert sync_cluster[key] == sync_here[key], key
-    run = Path("results/runs/sync/k0/pg/seed0/eval.json")
+    run = Path("results/runs/sync/none/k0/pg/seed0/eval.json")
     assert (json.loads((on_cluster / run).read_text())["per_task"]
             == json.loads((here / run).read_text())["per_task"])
     assert yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())["executor"] == "slurm"

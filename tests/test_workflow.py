@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
-           "quality_throughput", "quality_vs_k", "staleness", "queue_depth", "worker_activity")
+           "quality_throughput", "quality_vs_k", "staleness", "length_bias", "queue_depth",
+           "worker_activity")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -32,11 +33,18 @@ def small_pipeline_config() -> dict:
     return {
         "run": small_config("models/tiny"),
         "build_base": True,
-        "grid": {"modes": {"sync": [0], "areal": [1]}, "objectives": ["pg"], "seeds": [0]},
-        "mode_settings": {"areal": {"staleness": {"staleness_control": "both"}}},
-        "figures": {"trace": {"k": 1, "objective": "pg", "seed": 0}, "window_s": [0.0, 0.5]},
+        "grid": {"seeds": [0], "blocks": [
+            {"modes": ["sync"], "policies": ["none"], "ks": [0], "objectives": ["pg"]},
+            {"modes": ["areal"], "policies": ["paper"], "ks": [1], "objectives": ["pg"]}]},
+        "policies": {"none": {},
+                     "paper": {"staleness": {"staleness_control": "filter",
+                                             "interrupt": "resubmit"}}},
+        "figures": {"trace": {"policy": "paper", "k": 1, "objective": "pg", "seed": 0},
+                    "window_s": [0.0, 0.5], "k_axis": {"mode": "areal", "policy": "paper"}},
     }
 
+
+RUN_IDS = ("sync/none/k0/pg/seed0", "areal/paper/k1/pg/seed0")
 
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
@@ -106,11 +114,11 @@ def same(cell: str, value: float | None) -> bool:
 
 def test_full_run_produces_tables_figures_and_report(pipeline: Path):
     results = pipeline / "results"
-    for mode, k in (("sync", 0), ("areal", 1)):
-        run = results / "runs" / mode / f"k{k}" / "pg" / "seed0"
+    for run_id in RUN_IDS:
+        run = results / "runs" / run_id
         assert (run / "summary.json").is_file() and (run / "eval.json").is_file()
     table = (results / "tables" / "table1.md").read_text()
-    assert "| sync | 0 | pg | 1 |" in table and "| areal | 1 | pg | 1 |" in table
+    assert "| sync | none | 0 | pg | 1 |" in table and "| areal | paper | 1 | pg | 1 |" in table
     for name in FIGURES:
         assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
         assert "<svg" in (results / "figures" / f"{name}.svg").read_text()[:2000], name
@@ -122,8 +130,8 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
     table1, k_sweep = read_csv(tables / "table1.csv"), read_csv(tables / "k_sweep.csv")
     assert len(table1) == len(k_sweep) == 2
     for row1, row_k in zip(table1, k_sweep, strict=True):
-        run = (pipeline / "results" / "runs" / row1["mode"] / f"k{row1['staleness_k']}"
-               / row1["objective"] / "seed0")
+        run = (pipeline / "results" / "runs" / row1["mode"] / row1["policy"]
+               / f"k{row1['staleness_k']}" / row1["objective"] / "seed0")
         summary = json.loads((run / "summary.json").read_text())
         evaluation = json.loads((run / "eval.json").read_text())
         m = summary["metrics"]
@@ -136,11 +144,12 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
         assert same(row1["cold_start_s/mean"], summary["time"]["cold_start_s"])
         assert same(row_k["acceptance_rate/mean"], m["acceptance_rate"])
         assert same(row_k["accepted_samples_per_s/mean"], m["accepted_samples_per_s"])
+        assert same(row_k["dropped_stale/mean"], summary["samples"]["dropped_stale"])
+        assert same(row_k["resubmissions/mean"], summary["samples"]["resubmissions"])
         wasted = summary["tokens"]["stale_dropped"] + summary["tokens"]["interrupted"]
         assert same(row_k["tokens_wasted/mean"], wasted)
     by_k = {r["objective"]: r for r in read_csv(tables / "quality_vs_k.csv")}
-    areal = json.loads((pipeline / "results" / "runs" / "areal" / "k1" / "pg" / "seed0"
-                        / "eval.json").read_text())
+    areal = json.loads((pipeline / "results" / "runs" / RUN_IDS[1] / "eval.json").read_text())
     assert same(by_k["pg"]["K=1/mean"], areal["sampled_pass_rate"])
 
 
@@ -205,8 +214,8 @@ def plan_after_edit(workdir: Path, edit: Callable[[dict], None]) -> dict[str, in
         write_config(workdir, small_pipeline_config())
 
 
-def test_changing_one_mode_reruns_only_its_runs(pipeline: Path):
-    jobs = plan_after_edit(pipeline, lambda d: d["mode_settings"]["areal"]["staleness"].update(
+def test_changing_one_policy_reruns_only_its_runs(pipeline: Path):
+    jobs = plan_after_edit(pipeline, lambda d: d["policies"]["paper"]["staleness"].update(
         interrupt="continue"))
     # the areal run (and its config, its eval in the same job, and the tables) -- nothing of
     # sync, not the base
@@ -215,8 +224,15 @@ def test_changing_one_mode_reruns_only_its_runs(pipeline: Path):
 
 
 def test_adding_a_k_value_adds_only_those_runs(pipeline: Path):
-    jobs = plan_after_edit(pipeline, lambda d: d["grid"]["modes"].update(areal=[1, 2]))
+    jobs = plan_after_edit(pipeline, lambda d: d["grid"]["blocks"][1].update(ks=[1, 2]))
     assert jobs.get("run") == 1 and jobs.get("tables") == 1
+
+
+def test_a_block_repeating_runs_adds_none(pipeline: Path):
+    """The grid is the union of its blocks: a run named twice is one job."""
+    jobs = plan_after_edit(pipeline, lambda d: d["grid"]["blocks"].append(
+        {"modes": ["areal"], "policies": ["paper"], "ks": [1], "objectives": ["pg"]}))
+    assert jobs == {}
 
 
 @pytest.fixture
@@ -284,21 +300,26 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     append_comment(source_copy / "rlcore" / module)
     # exactly the run jobs' outputs: both runs' eval.json (and summary.json, the same job)
     assert params_changed(pipeline, source_copy) == {
-        f"results/runs/{mode}/k{k}/pg/seed0/{name}"
-        for mode, k in (("sync", 0), ("areal", 1)) for name in ("summary.json", "eval.json")}
+        f"results/runs/{run_id}/{name}"
+        for run_id in RUN_IDS for name in ("summary.json", "eval.json")}
     jobs = plan_with_sources(pipeline, source_copy)
     assert jobs.get("run") == 2 and jobs.get("tables") == 1 and "base_model" not in jobs
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda d: d["grid"]["modes"].update(fast=[0]), "'fast' is not one of"),
-    (lambda d: d["grid"]["modes"].update(areal=[-1]), "-1 is less than the minimum of 0"),
+    (lambda d: d["grid"]["blocks"][1].update(modes=["fast"]), "'fast' is not one of"),
+    (lambda d: d["grid"]["blocks"][1].update(ks=[-1]), "-1 is less than the minimum of 0"),
     (lambda d: d["grid"].update(seeds=[]), "seeds"),
-    (lambda d: d.update(mode_setings={}), "'mode_setings' was unexpected"),
+    (lambda d: d.update(polices={}), "'polices' was unexpected"),
     (lambda d: d["run"]["train"].update(updatez=3), "updatez"),
     (lambda d: d.update(build_base=False), "is not a Hugging Face model directory"),
+    (lambda d: d["grid"]["blocks"][1].update(policies=["papr"]),
+     "names policy 'papr', which is not in policies ['none', 'paper']"),
+    (lambda d: d["grid"]["blocks"][0].update(ks=[0, 2]), "sync is on-policy"),
+    (lambda d: d["policies"]["paper"]["staleness"].update(interrupt="restart"), "restart"),
+    (lambda d: d["figures"]["k_axis"].update(policy="none"), "the grid has no areal run"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
-        "missing-model"])
+        "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str):
     data = small_pipeline_config()
@@ -335,8 +356,8 @@ def test_killed_snakemake_resumes_with_the_documented_commands(tmp_path: Path):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # one run finished, another one under way
-            done = list(runs.glob("*/k*/pg/seed0/summary.json"))
-            going = [p.parent for p in runs.glob("*/k*/pg/seed0/events.jsonl.partial")
+            done = list(runs.glob("*/*/k*/pg/seed0/summary.json"))
+            going = [p.parent for p in runs.glob("*/*/k*/pg/seed0/events.jsonl.partial")
                      if not (p.parent / "summary.json").exists()]
             if done and going:
                 break
@@ -380,8 +401,9 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     assert result.returncode == 0, result.stderr[-2000:]
     jobs = planned_jobs(result)
     grid = data["grid"]
-    runs = sum(len(ks) for ks in grid["modes"].values()) * len(grid["objectives"]) * len(
-        grid["seeds"])
+    runs = len({(m, p, k, o, seed) for b in grid["blocks"] for m in b["modes"]
+                for p in b["policies"] for k in b["ks"] for o in b["objectives"]
+                for seed in grid["seeds"]})
     assert jobs.get("run") == runs
     assert result.stdout.count(" --eval ") == runs  # each run job also writes its eval.json
     assert "base_model" not in jobs

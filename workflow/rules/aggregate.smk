@@ -26,6 +26,7 @@ rule tables:
     conda:
         "../envs/rlcore.yaml"
     params:
+        k_axis=config["figures"]["k_axis"],
         code=sources_hash(["rlcore/analysis.py", "workflow/scripts/tables.py"]),
     script:
         "../scripts/tables.py"

@@ -26,6 +26,7 @@ ANALYSIS_SOURCES = (
     "rlcore/analysis.py",
     "rlcore/figures.py",
     "rlcore/trace_figures.py",
+    "rlcore/length_bias.py",
     "rlcore/bench.py",
 )
 RUNTIME_SOURCES = sorted(
@@ -49,19 +50,47 @@ def _merge(base, extra):
 
 
 def grid_points():
-    """Every (mode, k, objective, seed) of the grid, as wildcard dicts."""
+    """Every (mode, policy, k, objective, seed) of the grid once, in the blocks' order, as
+    wildcard dicts."""
     g = config["grid"]
-    for mode, ks in g["modes"].items():
-        for k in ks:
-            for objective in g["objectives"]:
-                for seed in g["seeds"]:
-                    yield dict(mode=mode, k=k, objective=objective, seed=seed)
+    points = {}
+    for block in g["blocks"]:
+        for mode in block["modes"]:
+            for policy in block["policies"]:
+                for k in block["ks"]:
+                    for objective in block["objectives"]:
+                        for seed in g["seeds"]:
+                            point = dict(
+                                mode=mode,
+                                policy=policy,
+                                k=k,
+                                objective=objective,
+                                seed=seed,
+                            )
+                            points[tuple(point.values())] = point
+    return list(points.values())
+
+
+def grid_modes():
+    """The grid's modes, in the order they first appear."""
+    return list(dict.fromkeys(p["mode"] for p in grid_points()))
+
+
+RUN_ID = "{mode}/{policy}/k{k}/{objective}/seed{seed}"
+
+
+wildcard_constraints:
+    mode="sync|async|areal",
+    policy="[a-z][a-z0-9_]*",
+    k=r"\d+",
+    objective="pg|behav_clip|decoupled|a3po",
+    seed=r"\d+",
 
 
 def run_settings(wildcards):
     """The full, validated run config of one grid point; passed as a parameter, so an edit
     reruns exactly the runs it changes."""
-    settings = _merge(config["run"], config["mode_settings"].get(wildcards.mode, {}))
+    settings = _merge(config["run"], config["policies"][wildcards.policy])
     settings = _merge(
         settings,
         {
@@ -99,50 +128,72 @@ def base_input(wildcards):
 
 
 def all_runs(filename):
-    """One path per grid point, e.g. results/runs/areal/k2/pg/seed0/summary.json."""
-    return [
-        f"{R}/runs/{p['mode']}/k{p['k']}/{p['objective']}/seed{p['seed']}/{filename}"
-        for p in grid_points()
-    ]
+    """One path per grid point, e.g. results/runs/areal/paper/k2/pg/seed0/summary.json."""
+    return [f"{R}/runs/{RUN_ID.format(**p)}/{filename}" for p in grid_points()]
 
 
 def trace_point(mode):
-    """The grid point whose events the trace figures draw for a mode: the configured
-    objective and seed, at the mode's K nearest to the configured one (lower on a tie).
-    """
+    """The grid point whose events the trace figures draw for a mode: the configured policy,
+    objective and seed where the mode has them, at its K nearest to the configured one
+    (lower on a tie)."""
     trace = config["figures"]["trace"]
-    ks = config["grid"]["modes"][mode]
-    k = min(ks, key=lambda k: (abs(k - trace["k"]), k))
-    return dict(mode=mode, k=k, objective=trace["objective"], seed=trace["seed"])
+    return min(
+        (p for p in grid_points() if p["mode"] == mode),
+        key=lambda p: (
+            p["policy"] != trace["policy"],
+            p["objective"] != trace["objective"],
+            p["seed"] != trace["seed"],
+            abs(p["k"] - trace["k"]),
+            p["k"],
+        ),
+    )
 
 
 def trace_runs(wildcards):
-    """summary.json of each mode's trace run, in the order of `grid.modes`."""
+    """summary.json of each mode's trace run, in the order of grid_modes()."""
     return [
-        "{R}/runs/{mode}/k{k}/{objective}/seed{seed}/summary.json".format(
-            R=R, **trace_point(mode)
-        )
-        for mode in config["grid"]["modes"]
+        f"{R}/runs/{RUN_ID.format(**trace_point(mode))}/summary.json"
+        for mode in grid_modes()
     ]
 
 
-def check_figure_settings():
+def check_grid():
     """Cross-key checks the schema cannot express, before any job starts."""
-    trace, grid = config["figures"]["trace"], config["grid"]
-    for key, allowed in (("objective", grid["objectives"]), ("seed", grid["seeds"])):
-        if trace[key] not in allowed:
+    grid, policies, figures = config["grid"], config["policies"], config["figures"]
+    for i, block in enumerate(grid["blocks"]):
+        for policy in block["policies"]:
+            if policy not in policies:
+                raise ValueError(
+                    f"grid.blocks[{i}] names policy '{policy}', which is not in policies "
+                    f"{sorted(policies)}: define it there or pick one of those"
+                )
+        if "sync" in block["modes"] and block["ks"] != [0]:
             raise ValueError(
-                f"figures.trace.{key} = {trace[key]!r} is not in grid.{key}s {allowed}: "
-                "pick one of the grid's values"
+                f"grid.blocks[{i}] runs sync at K = {block['ks']}: sync is on-policy, so "
+                "its ks must be [0]; put sync in a block of its own"
             )
-    start, end = config["figures"]["window_s"]
+    points = grid_points()
+    if figures["trace"]["policy"] not in policies:
+        raise ValueError(
+            f"figures.trace.policy '{figures['trace']['policy']}' is not in policies "
+            f"{sorted(policies)}"
+        )
+    axis = figures["k_axis"]
+    if not any(
+        p["mode"] == axis["mode"] and p["policy"] == axis["policy"] for p in points
+    ):
+        raise ValueError(
+            f"figures.k_axis = {axis}: the grid has no {axis['mode']} run under policy "
+            f"'{axis['policy']}'; name a (mode, policy) of one of grid.blocks"
+        )
+    start, end = figures["window_s"]
     if not start < end:
         raise ValueError(
             f"figures.window_s = {[start, end]}: the start must be before the end"
         )
 
 
-check_figure_settings()
+check_grid()
 
 
 def check_model_path():
@@ -166,6 +217,7 @@ FIGURES = (
     "quality_vs_k",
     "staleness",
     "end_to_end",
+    "length_bias",
 )
 TRACE_FIGURES = ("queue_depth", "worker_activity")
 
@@ -175,6 +227,7 @@ PLOT_CODE = sources_hash(
         "rlcore/figures.py",
         "rlcore/trace_figures.py",
         "rlcore/analysis.py",
+        "rlcore/length_bias.py",
         "workflow/scripts/figures.py",
     ]
 )

@@ -20,11 +20,14 @@ rule figures:
         staleness_svg=f"{R}/figures/staleness.svg",
         end_to_end=figure("end_to_end", "Learning"),
         end_to_end_svg=f"{R}/figures/end_to_end.svg",
+        length_bias=figure("length_bias", "Staleness"),
+        length_bias_svg=f"{R}/figures/length_bias.svg",
     log:
         f"{R}/logs/figures.log",
     conda:
         "../envs/rlcore.yaml"
     params:
+        k_axis=config["figures"]["k_axis"],
         code=PLOT_CODE,
     script:
         "../scripts/figures.py"
@@ -43,7 +46,7 @@ rule trace_figures:
     conda:
         "../envs/rlcore.yaml"
     params:
-        modes=list(config["grid"]["modes"]),
+        modes=grid_modes(),
         window=config["figures"]["window_s"],
         code=PLOT_CODE,
     script:

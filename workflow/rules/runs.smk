@@ -1,8 +1,8 @@
 rule run_config:
     output:
-        f"{R}/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.json",
+        f"{R}/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.json",
     log:
-        f"{R}/logs/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.log",
+        f"{R}/logs/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.log",
     conda:
         "../envs/rlcore.yaml"
     params:
@@ -16,13 +16,13 @@ rule run:
     # same process on the same GPUs: torch and the run's device are already set up, and the
     # Snakemake process itself never imports torch. RUNTIME_SOURCES covers both steps.
     input:
-        config=f"{R}/configs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.json",
+        config=f"{R}/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.json",
         base=base_input,
     output:
-        summary=f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
-        eval=f"{R}/runs/{{mode}}/k{{k}}/{{objective}}/seed{{seed}}/eval.json",
+        summary=f"{R}/runs/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
+        eval=f"{R}/runs/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/eval.json",
     log:
-        f"{R}/logs/runs/{{mode}}-k{{k}}-{{objective}}-seed{{seed}}.log",
+        f"{R}/logs/runs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:

@@ -7,6 +7,7 @@ from pathlib import Path
 from rlcore import figures
 from rlcore import trace_figures as traces_of
 from rlcore.analysis import run_row
+from rlcore.length_bias import draw_length_bias, runs_by_k
 
 
 def grid_figures(smk):
@@ -16,9 +17,13 @@ def grid_figures(smk):
     figures.draw_time_to_threshold(rows, out.time_to_threshold, out.time_to_threshold_svg)
     figures.draw_reward_per_1k(rows, out.reward_per_1k, out.reward_per_1k_svg)
     figures.draw_quality_throughput(rows, out.quality_throughput, out.quality_throughput_svg)
-    figures.draw_quality_vs_k(rows, out.quality_vs_k, out.quality_vs_k_svg)
+    figures.draw_quality_vs_k(rows, out.quality_vs_k, out.quality_vs_k_svg,
+                              **smk.params.k_axis)
     figures.draw_staleness(rows, out.staleness, out.staleness_svg)
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
+    axis = smk.params.k_axis
+    draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg,
+                     f"{figures.MODE_LABEL[axis['mode']]}, policy {axis['policy']}")
 
 
 def trace_figures(smk):

@@ -31,7 +31,7 @@ def main(smk):
     ):
         write_csv(csv_out, table)
         Path(md_out).write_text(to_markdown(table, metrics))
-    by_k = quality_vs_k(rows)
+    by_k = quality_vs_k(rows, **smk.params.k_axis)
     write_csv(smk.output.quality_vs_k_csv, by_k)
     Path(smk.output.quality_vs_k_md).write_text(quality_vs_k_markdown(by_k))
 

@@ -1,0 +1,100 @@
+"""Length bias of the drop policy: counts and rates per response length, checked by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlcore.length_bias import (
+    draw_length_bias,
+    length_counts,
+    length_rates,
+    runs_by_k,
+    runs_length_counts,
+)
+
+
+def row(tokens: int, status: str = "accepted", attempt: int = 0) -> dict[str, Any]:
+    """The samples.jsonl fields the length-bias counts read."""
+    return {"response_tokens": tokens, "status": status, "attempt": attempt}
+
+
+ROWS = [
+    # length 2: two plain accepts, one stale drop, one accept after an interrupted attempt
+    row(2), row(2), row(2, "dropped_stale"), row(2, attempt=1),
+    # length 3: dropped as interrupted on its last try (attempt 2: not also counted as
+    # restarted), a restarted slot that then went stale, a plain accept
+    row(3, "dropped_interrupted", attempt=2), row(3, "dropped_stale", attempt=1), row(3),
+    # length 5: one plain accept
+    row(5),
+]
+
+
+def write_run(run_dir: Path, rows: list[dict[str, Any]], **config: Any) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if config:
+        (run_dir / "config.json").write_text(json.dumps({"config": config}))
+    return run_dir
+
+
+def test_length_counts_by_hand():
+    assert length_counts(ROWS) == {
+        2: {"rows": 4, "dropped_stale": 1, "dropped_interrupted": 0, "restarted": 1},
+        3: {"rows": 3, "dropped_stale": 1, "dropped_interrupted": 1, "restarted": 1},
+        5: {"rows": 1, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 0},
+    }
+    assert list(length_counts(reversed(ROWS))) == [2, 3, 5]  # sorted by length
+
+
+def test_length_rates_by_hand():
+    rates = length_rates(length_counts(ROWS))
+    assert rates[2] == {"rows": 4, "drop_rate": 1 / 4, "interrupt_rate": 1 / 4}
+    # interrupted at least once: the dropped_interrupted row and the restarted stale one
+    assert rates[3] == {"rows": 3, "drop_rate": 1 / 3, "interrupt_rate": 2 / 3}
+    assert rates[5] == {"rows": 1, "drop_rate": 0.0, "interrupt_rate": 0.0}
+
+
+def test_interrupt_rate_counts_each_slot_once():
+    # every slot dropped as interrupted after two resubmissions: rate 1, not 2
+    rates = length_rates(length_counts([row(4, "dropped_interrupted", attempt=2)] * 3))
+    assert rates == {4: {"rows": 3, "drop_rate": 0.0, "interrupt_rate": 1.0}}
+
+
+def test_length_rates_skips_lengths_without_rows():
+    counts = {1: {"rows": 0, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 0}}
+    assert length_rates(counts) == {}
+
+
+def test_runs_length_counts_sums_runs(tmp_path: Path):
+    a = write_run(tmp_path / "a", ROWS)
+    b = write_run(tmp_path / "b", [row(2, "dropped_stale"), row(6, attempt=1)])
+    assert runs_length_counts([a, b]) == {
+        2: {"rows": 5, "dropped_stale": 2, "dropped_interrupted": 0, "restarted": 1},  # 4 + 1
+        3: {"rows": 3, "dropped_stale": 1, "dropped_interrupted": 1, "restarted": 1},
+        5: {"rows": 1, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 0},
+        6: {"rows": 1, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 1},
+    }
+
+
+def test_runs_by_k_keeps_one_mode_and_policy():
+    rows = [{"mode": m, "policy": p, "staleness_k": k, "run_dir": f"/r/{m}-{p}-{k}-{i}"}
+            for i, (m, p, k) in enumerate([("areal", "paper", 8), ("areal", "paper", 0),
+                                           ("areal", "areal", 0), ("async", "paper", 0),
+                                           ("areal", "paper", 0)])]
+    assert runs_by_k(rows, "areal", "paper") == {
+        0: [Path("/r/areal-paper-0-1"), Path("/r/areal-paper-0-4")],
+        8: [Path("/r/areal-paper-8-0")]}
+
+
+def test_draw_length_bias_writes_png_and_svg(tmp_path: Path):
+    many = [row(2)] * 30 + [row(2, "dropped_stale")] * 10 + [row(3, attempt=1)] * 25
+    k0 = write_run(tmp_path / "k0", many)
+    k2 = write_run(tmp_path / "k2", many + [row(5, "dropped_interrupted", attempt=2)] * 40)
+    png, svg = tmp_path / "length_bias.png", tmp_path / "length_bias.svg"
+    draw_length_bias({2: [k2], 0: [k0]}, png, svg, title="length bias")
+    assert png.read_bytes().startswith(b"\x89PNG")
+    text = svg.read_text()
+    assert "<svg" in text and "K=0" in text and "K=2" in text
+    assert png.stat().st_size > 1000
