@@ -22,6 +22,13 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
          2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 GROUP = ("mode", "policy", "staleness_k", "objective")
+MODES = ("sync", "async", "areal")  # the order of every table and figure
+
+
+def group_order(key: Sequence[Any]) -> tuple[Any, ...]:
+    """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by the rest."""
+    mode, *rest = key
+    return (MODES.index(mode) if mode in MODES else len(MODES), *rest)
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -59,11 +66,13 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "reward_per_1k_tokens": m["reward_per_1k_tokens"],
         "acceptance_rate": m["acceptance_rate"],
         "dropped_stale": n["dropped_stale"],
+        "dropped_interrupted": n["dropped_interrupted"],
         "resubmissions": n["resubmissions"],
         "accepted_samples_per_s": m["accepted_samples_per_s"],
         "updates_per_s": s["updates"] / s["time"]["wall_s"],
         "wall_s": s["time"]["wall_s"],
         "cold_start_s": s["time"]["cold_start_s"],
+        "startup_s": s["time"]["startup_s"],
         "contended": s["load"]["contended"],
         "overlap_frac": s["time"]["overlap_frac"],
         "tokens_generated": t["generated"],
@@ -77,7 +86,7 @@ def load_runs(root: str | Path) -> list[dict[str, Any]]:
     """One row per complete run under root, in a stable order."""
     rows = [run_row(p.parent)
             for p in sorted(Path(root).glob("*/*/k*/*/seed*/summary.json"))]
-    return sorted(rows, key=lambda r: (*(r[k] for k in GROUP), r["seed"]))
+    return sorted(rows, key=lambda r: (*group_order([r[k] for k in GROUP]), r["seed"]))
 
 
 def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
@@ -90,7 +99,7 @@ def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[di
     for r in rows:
         groups.setdefault(tuple(r[k] for k in GROUP), []).append(r)
     out = []
-    for key, members in sorted(groups.items()):
+    for key, members in sorted(groups.items(), key=lambda item: group_order(item[0])):
         agg: dict[str, Any] = dict(zip(GROUP, key, strict=True))
         agg["seeds"] = len(members)
         agg["contended"] = sum(bool(r["contended"]) for r in members)
@@ -104,7 +113,7 @@ def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[di
 
 TABLE1 = ("train_pass_rate_final", "heldout_pass_rate", "time_to_threshold_s",
           "steps_to_threshold", "reward_per_1k_tokens", "wall_s", "cold_start_s",
-          "updates_per_s")
+          "startup_s", "updates_per_s")
 # Column headers of the Markdown tables (the CSV keeps the metric names).
 LABELS = {
     "train_pass_rate_final": "train pass (paper's)",
@@ -114,26 +123,36 @@ LABELS = {
     "reward_per_1k_tokens": "reward / 1k tokens",
     "wall_s": "end-to-end (s)",
     "cold_start_s": "cold start (s)",
+    "startup_s": "job start-up (s)",
     "updates_per_s": "updates/s",
     "acceptance_rate": "accepted / generated",
     "dropped_stale": "dropped stale",
+    "dropped_interrupted": "dropped interrupted",
     "resubmissions": "resubmissions",
     "accepted_samples_per_s": "accepted samples/s",
     "tokens_wasted": "tokens wasted",
     "wasted_frac": "wasted / generated tokens",
 }
-K_SWEEP = ("acceptance_rate", "dropped_stale", "resubmissions", "tokens_wasted",
+# Decimals of a Markdown cell: counts and rates of hundreds need none, seconds two.
+DIGITS = {"steps_to_threshold": 0, "dropped_stale": 0, "dropped_interrupted": 0,
+          "resubmissions": 0, "startup_s": 2,
+          "tokens_wasted": 0, "accepted_samples_per_s": 0, "reward_per_1k_tokens": 1,
+          "updates_per_s": 1, "wall_s": 2, "cold_start_s": 2, "time_to_threshold_s": 2}
+K_SWEEP = ("acceptance_rate", "dropped_stale", "dropped_interrupted", "resubmissions",
+           "tokens_wasted",
            "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate")
 
 
 def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The paper's Table 1 per configuration: both pass rates, time and steps to threshold,
-    sample efficiency, and end-to-end time with the cold start apart."""
+    sample efficiency, and end-to-end time with the cold start and the job's start-up
+    apart."""
     return aggregate(rows, TABLE1)
 
 
 def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mode, policy, objective and K: acceptance, drops, resubmissions, wasted tokens,
+    """Per mode, policy, objective and K: acceptance, drops (stale; interrupted on the last
+    allowed attempt), resubmissions, wasted tokens,
     accepted throughput, final pass rate."""
     return aggregate(rows, K_SWEEP)
 
@@ -197,7 +216,8 @@ def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
     for row in table:
         cells = [str(row[k]) for k in (*GROUP, "seeds")]
         for m in metrics:
-            cell = format_mean_ci(row[f"{m}/mean"], row[f"{m}/ci95"], row[f"{m}/n"])
+            cell = format_mean_ci(row[f"{m}/mean"], row[f"{m}/ci95"], row[f"{m}/n"],
+                                  DIGITS.get(m, 3))
             if 0 < row[f"{m}/n"] < row["seeds"]:
                 cell += f" (n={row[f'{m}/n']})"
             cells.append(cell)

@@ -18,36 +18,37 @@ from matplotlib.ticker import MaxNLocator
 
 from rlcore.figures import plt, read_jsonl, save
 
-COUNT_KEYS = ("rows", "dropped_stale", "dropped_interrupted", "restarted")
+COUNT_KEYS = ("rows", "dropped_stale", "restarted")
 MIN_ROWS = 20  # below this a length's rates are mostly noise, so the figure leaves it out
 
 
 def length_counts(rows: Iterable[dict[str, Any]]) -> dict[int, dict[str, int]]:
-    """Per response length L (tokens): `rows`, `dropped_stale`, `dropped_interrupted`, and
-    `restarted` (rows with a response whose slot had an earlier attempt interrupted)."""
+    """Per response length L (tokens): `rows` (responses of that length), `dropped_stale`,
+    and `restarted` (responses whose slot had an earlier attempt interrupted).
+
+    A `dropped_interrupted` row has no response: its length is where the generation was cut,
+    which says nothing of the length its response would have had, so it is left out.
+    """
     out: dict[int, dict[str, int]] = {}
     for r in rows:
+        if r["status"] == "dropped_interrupted":
+            continue
         c = out.setdefault(int(r["response_tokens"]), dict.fromkeys(COUNT_KEYS, 0))
         c["rows"] += 1
-        status = r["status"]
-        if status in ("dropped_stale", "dropped_interrupted"):
-            c[status] += 1
-        # A dropped_interrupted row also has attempt > 0 (it is the slot's last allowed try);
-        # leaving it out of `restarted` keeps the two disjoint, so their sum counts slots.
-        if r["attempt"] > 0 and status != "dropped_interrupted":
-            c["restarted"] += 1
+        c["dropped_stale"] += r["status"] == "dropped_stale"
+        c["restarted"] += r["attempt"] > 0
     return dict(sorted(out.items()))
 
 
 def length_rates(counts: dict[int, dict[str, int]]) -> dict[int, dict[str, float]]:
-    """Per L with rows: `drop_rate`, the share of length-L rows dropped as stale; and
-    `interrupt_rate`, the share whose slot was interrupted at least once (dropped as
-    interrupted, or restarted), = (dropped_interrupted + restarted) / rows; and `rows`."""
+    """Per L with rows: `drop_rate`, the share of length-L responses dropped as stale;
+    `interrupt_rate`, the share whose slot was interrupted (and resubmitted) at least once
+    before this response; and `rows`."""
     return {
         length: {
             "rows": c["rows"],
             "drop_rate": c["dropped_stale"] / c["rows"],
-            "interrupt_rate": (c["dropped_interrupted"] + c["restarted"]) / c["rows"],
+            "interrupt_rate": c["restarted"] / c["rows"],
         }
         for length, c in sorted(counts.items())
         if c["rows"] > 0
@@ -98,7 +99,7 @@ def draw_length_bias(runs_by_k: dict[int, list[Path]], png: str | Path, svg: str
             ax.plot(xs, ys, color=color, linewidth=1, label=f"K={k}")
             ax.scatter(xs, ys, s=sizes, color=color, zorder=3, clip_on=False)
     for ax, ylabel in zip(axes, ("dropped as stale (share of rows)",
-                                 "interrupted at least once (share of rows)"), strict=True):
+                                 "restarted after an interrupt (share of rows)"), strict=True):
         ax.set_xlabel("response length (tokens)")
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)

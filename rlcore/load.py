@@ -33,6 +33,18 @@ def machine_cpu_seconds(stat: Path = Path("/proc/stat")) -> float | None:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def process_age_s(stat: Path = Path("/proc/self/stat"),
+                  uptime: Path = Path("/proc/uptime")) -> float | None:
+    """Seconds since this process started (its start tick against the machine's uptime);
+    None off Linux."""
+    try:
+        text, up = stat.read_text(), float(uptime.read_text().split()[0])
+    except OSError:
+        return None
+    start_ticks = int(text[text.rindex(")") + 2:].split()[19])  # field 22: starttime
+    return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def contention(machine_cpu_s: float, run_cpu_s: float, window_s: float
                ) -> tuple[float, bool]:
     """(cores other processes used on average over the window, whether that is contention)."""

@@ -65,8 +65,10 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
     summary: dict[str, Any] = {
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
         "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
-        "time": {"wall_s": 2.0, "cold_start_s": 1.5, "overlap_frac": 0.5},
-        "samples": {"dropped_stale": stale // 5, "resubmissions": interrupted},
+        "time": {"wall_s": 2.0, "cold_start_s": 1.5, "startup_s": 3.0 + seed,
+                 "overlap_frac": 0.5},
+        "samples": {"dropped_stale": stale // 5, "dropped_interrupted": interrupted // 5,
+                    "resubmissions": interrupted},
         "load": {"contended": seed == 1},
         "metrics": {"train_pass_rate_final": 0.5, "time_to_threshold_s": ttt, "threshold": 0.5,
                     "steps_to_threshold": None if ttt is None else int(ttt * 10),
@@ -90,14 +92,15 @@ def runs(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def test_load_runs(runs: list[dict[str, Any]]):
+    # sync first, as in every table and figure
     assert [(r["mode"], r["policy"], r["seed"]) for r in runs] == [
-        ("areal", "paper", 0), ("areal", "paper", 1), ("areal", "paper", 2), ("sync", "none", 0)]
-    assert runs[0]["tokens_wasted"] == 15 and runs[0]["wasted_frac"] == 0.15
-    assert runs[0]["updates_per_s"] == 5.0
+        ("sync", "none", 0), ("areal", "paper", 0), ("areal", "paper", 1), ("areal", "paper", 2)]
+    assert runs[1]["tokens_wasted"] == 15 and runs[1]["wasted_frac"] == 0.15
+    assert runs[1]["updates_per_s"] == 5.0
 
 
 def test_table1_means_over_seeds(runs: list[dict[str, Any]]):
-    areal, sync = table1(runs)
+    sync, areal = table1(runs)
     assert (areal["mode"], areal["seeds"]) == ("areal", 3)
     # held-out pass 0.4, 0.5, 0.6: mean 0.5, sd 0.1 -> half-width 4.303 * 0.1 / sqrt(3)
     assert areal["heldout_pass_rate/mean"] == pytest.approx(0.5)
@@ -106,6 +109,7 @@ def test_table1_means_over_seeds(runs: list[dict[str, Any]]):
     assert areal["time_to_threshold_s/mean"] == 2.0 and areal["time_to_threshold_s/n"] == 2
     assert areal["steps_to_threshold/mean"] == 20.0 and areal["steps_to_threshold/n"] == 2
     assert areal["cold_start_s/mean"] == 1.5 and areal["updates_per_s/mean"] == 5.0
+    assert areal["startup_s/mean"] == 4.0  # 3, 4 and 5 s
     assert sync["heldout_pass_rate/n"] == 0  # not evaluated yet
 
 
@@ -114,18 +118,20 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
     lines = text.splitlines()
     assert lines[0].startswith(
         "| mode | policy | staleness_k | objective | seeds | held-out pass")
-    assert "0.500 ± 0.248" in lines[2]
+    assert "0.500 ± 0.248" in lines[3]
     assert lines[0].endswith("| timed under contention |")
-    assert lines[2].endswith("| 1 of 3 |") and lines[3].endswith("| no |")  # areal, sync
-    assert "2.000 ± 12.706 (n=2)" in lines[2]  # two values: t_{0.975,1} * sd / sqrt 2, sd=sqrt2
-    assert "—" in lines[3]
+    assert lines[2].endswith("| no |") and lines[3].endswith("| 1 of 3 |")  # sync, areal
+    # two values: t_{0.975,1} * sd / sqrt 2, sd = sqrt 2; seconds get two decimals
+    assert "2.00 ± 12.71 (n=2)" in lines[3]
+    assert "—" in lines[2]
 
 
 def test_k_sweep_has_waste(runs: list[dict[str, Any]]):
-    areal = k_sweep(runs)[0]
+    areal = k_sweep(runs)[1]
     assert (areal["mode"], areal["policy"]) == ("areal", "paper")
     assert areal["tokens_wasted/mean"] == 15.0 and areal["wasted_frac/mean"] == 0.15
     assert areal["dropped_stale/mean"] == 2.0 and areal["resubmissions/mean"] == 5.0
+    assert areal["dropped_interrupted/mean"] == 1.0
 
 
 def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: Path,

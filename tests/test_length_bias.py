@@ -23,8 +23,8 @@ def row(tokens: int, status: str = "accepted", attempt: int = 0) -> dict[str, An
 ROWS = [
     # length 2: two plain accepts, one stale drop, one accept after an interrupted attempt
     row(2), row(2), row(2, "dropped_stale"), row(2, attempt=1),
-    # length 3: dropped as interrupted on its last try (attempt 2: not also counted as
-    # restarted), a restarted slot that then went stale, a plain accept
+    # length 3: cut after 3 tokens on its last try (no response: not on the length axis),
+    # a restarted slot that then went stale, a plain accept
     row(3, "dropped_interrupted", attempt=2), row(3, "dropped_stale", attempt=1), row(3),
     # length 5: one plain accept
     row(5),
@@ -41,9 +41,9 @@ def write_run(run_dir: Path, rows: list[dict[str, Any]], **config: Any) -> Path:
 
 def test_length_counts_by_hand():
     assert length_counts(ROWS) == {
-        2: {"rows": 4, "dropped_stale": 1, "dropped_interrupted": 0, "restarted": 1},
-        3: {"rows": 3, "dropped_stale": 1, "dropped_interrupted": 1, "restarted": 1},
-        5: {"rows": 1, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 0},
+        2: {"rows": 4, "dropped_stale": 1, "restarted": 1},
+        3: {"rows": 2, "dropped_stale": 1, "restarted": 1},
+        5: {"rows": 1, "dropped_stale": 0, "restarted": 0},
     }
     assert list(length_counts(reversed(ROWS))) == [2, 3, 5]  # sorted by length
 
@@ -51,19 +51,18 @@ def test_length_counts_by_hand():
 def test_length_rates_by_hand():
     rates = length_rates(length_counts(ROWS))
     assert rates[2] == {"rows": 4, "drop_rate": 1 / 4, "interrupt_rate": 1 / 4}
-    # interrupted at least once: the dropped_interrupted row and the restarted stale one
-    assert rates[3] == {"rows": 3, "drop_rate": 1 / 3, "interrupt_rate": 2 / 3}
+    # two responses of 3 tokens: the restarted one that went stale, the plain accept
+    assert rates[3] == {"rows": 2, "drop_rate": 1 / 2, "interrupt_rate": 1 / 2}
     assert rates[5] == {"rows": 1, "drop_rate": 0.0, "interrupt_rate": 0.0}
 
 
-def test_interrupt_rate_counts_each_slot_once():
-    # every slot dropped as interrupted after two resubmissions: rate 1, not 2
-    rates = length_rates(length_counts([row(4, "dropped_interrupted", attempt=2)] * 3))
-    assert rates == {4: {"rows": 3, "drop_rate": 0.0, "interrupt_rate": 1.0}}
+def test_a_generation_cut_for_good_has_no_length():
+    # three slots dropped as interrupted after 4 tokens: no response of length 4 exists
+    assert length_counts([row(4, "dropped_interrupted", attempt=2)] * 3) == {}
 
 
 def test_length_rates_skips_lengths_without_rows():
-    counts = {1: {"rows": 0, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 0}}
+    counts = {1: {"rows": 0, "dropped_stale": 0, "restarted": 0}}
     assert length_rates(counts) == {}
 
 
@@ -71,10 +70,10 @@ def test_runs_length_counts_sums_runs(tmp_path: Path):
     a = write_run(tmp_path / "a", ROWS)
     b = write_run(tmp_path / "b", [row(2, "dropped_stale"), row(6, attempt=1)])
     assert runs_length_counts([a, b]) == {
-        2: {"rows": 5, "dropped_stale": 2, "dropped_interrupted": 0, "restarted": 1},  # 4 + 1
-        3: {"rows": 3, "dropped_stale": 1, "dropped_interrupted": 1, "restarted": 1},
-        5: {"rows": 1, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 0},
-        6: {"rows": 1, "dropped_stale": 0, "dropped_interrupted": 0, "restarted": 1},
+        2: {"rows": 5, "dropped_stale": 2, "restarted": 1},  # 4 + 1
+        3: {"rows": 2, "dropped_stale": 1, "restarted": 1},
+        5: {"rows": 1, "dropped_stale": 0, "restarted": 0},
+        6: {"rows": 1, "dropped_stale": 0, "restarted": 1},
     }
 
 

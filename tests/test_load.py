@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.config import config_from_dict
-from rlcore.load import CONTENDED_CORES, contention, machine_cpu_seconds
+from rlcore.load import CONTENDED_CORES, contention, machine_cpu_seconds, process_age_s
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config
 
@@ -42,6 +42,27 @@ def test_machine_cpu_reads_busy_ticks(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(os, "sysconf", lambda name: 100)
     assert machine_cpu_seconds(stat) == pytest.approx(1.6)
     assert machine_cpu_seconds(tmp_path / "absent") is None
+
+
+def test_process_age_from_its_start_tick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import os
+
+    stat, uptime = tmp_path / "stat", tmp_path / "uptime"
+    # a command name with a space and a parenthesis; field 22 (starttime) = 1250 ticks
+    stat.write_text("42 (a b) c) S 1 " + " ".join(["0"] * 17) + " 1250 99 7\n")
+    uptime.write_text("20.00 35.10\n")
+    monkeypatch.setattr(os, "sysconf", lambda name: 100)
+    assert process_age_s(stat, uptime) == pytest.approx(7.5)  # 20 s up - 12.5 s at start
+    assert process_age_s(tmp_path / "absent", uptime) is None
+
+
+def test_a_new_process_is_as_old_as_what_it_did():
+    """What `time.startup_s` reads, in a fresh interpreter that slept 0.5 s."""
+    script = ("import time, sys; from rlcore.load import process_age_s; time.sleep(0.5); "
+              "print(process_age_s())")
+    age = float(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                               text=True, check=True).stdout)
+    assert 0.5 <= age < 60
 
 
 def test_a_run_beside_a_cpu_burner_is_flagged(tiny_model_dir: Path, tmp_path: Path):

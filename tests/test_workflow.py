@@ -142,9 +142,12 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
         assert same(row1["train_pass_rate_final/mean"], m["train_pass_rate_final"])
         assert same(row1["wall_s/mean"], summary["time"]["wall_s"])
         assert same(row1["cold_start_s/mean"], summary["time"]["cold_start_s"])
+        assert same(row1["startup_s/mean"], summary["time"]["startup_s"])
         assert same(row_k["acceptance_rate/mean"], m["acceptance_rate"])
         assert same(row_k["accepted_samples_per_s/mean"], m["accepted_samples_per_s"])
         assert same(row_k["dropped_stale/mean"], summary["samples"]["dropped_stale"])
+        assert same(row_k["dropped_interrupted/mean"],
+                    summary["samples"]["dropped_interrupted"])
         assert same(row_k["resubmissions/mean"], summary["samples"]["resubmissions"])
         wasted = summary["tokens"]["stale_dropped"] + summary["tokens"]["interrupted"]
         assert same(row_k["tokens_wasted/mean"], wasted)
@@ -408,3 +411,17 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     assert result.stdout.count(" --eval ") == runs  # each run job also writes its eval.json
     assert "base_model" not in jobs
     assert "results/paper/tables/table1.csv" in result.stdout
+
+
+def test_study_overlay_plans_the_full_product(tmp_path: Path):
+    """config/study.yaml laid over config/config.yaml, as README says: every mode, policy, K
+    and objective, three seeds each, each run planned once."""
+    for name in ("config.yaml", "study.yaml"):
+        (tmp_path / "config").mkdir(exist_ok=True)
+        shutil.copy(ROOT / "config" / name, tmp_path / "config" / name)
+    result = snakemake(tmp_path, "-n", "--configfile", "config/config.yaml",
+                       "config/study.yaml")
+    assert result.returncode == 0, result.stderr[-2000:]
+    # sync: 4 objectives x 3 seeds; async and areal: 3 policies x 5 K x 4 objectives x 3 seeds
+    assert planned_jobs(result).get("run") == 12 + 2 * 3 * 5 * 4 * 3 == 372
+    assert "results/study/tables/table1.csv" in result.stdout

@@ -1,0 +1,129 @@
+"""summary.json and staleness.json of a finished run, derived from its ledger (records.py).
+
+Pure derivations: nothing here records anything; every number comes from the ledger's rows,
+spans and counts, in the vocabulary of `docs/metrics.md`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlcore import metrics
+
+if TYPE_CHECKING:
+    from rlcore.records import RunLedger
+
+SAMPLE_STATUSES = ("accepted", "dropped_stale", "dropped_interrupted")
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
+                  waits: dict[str, float], placement: dict[str, Any], load: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """summary.json of a finished run, from the ledger's rows, spans and counts.
+
+    `tokens.generated` is counted by the samplers themselves, so the token ledger
+    generated = trained + stale_dropped + interrupted + untrained is a real check.
+    """
+    cfg, samples, updates = led.cfg, led.samples, led.updates
+    trained_ids = {i for u in updates for i in u["sample_ids"]}
+    by_status = {s: [r for r in samples if r["status"] == s] for s in SAMPLE_STATUSES}
+    accepted = by_status["accepted"]
+    trained = [r for r in accepted if r["sample_id"] in trained_ids]
+    untrained = [r for r in accepted if r["sample_id"] not in trained_ids]
+    generated = led.tokens["sampled"]
+    # The paper's Listing 1: a dropped row's reward is 0; so is an untrained sample's.
+    trained_reward = sum(r["reward"] for r in trained)
+    pass_curve = [u["pass_rate"] for u in updates]
+    emitted = len(samples) - len(by_status["dropped_interrupted"])
+    rollout, trainer = (metrics.merge_spans(led.spans[r]) for r in ("rollout", "trainer"))
+
+    def per_s(n: float) -> float:
+        return n / wall_s if wall_s else 0.0
+
+    write = _mean([u["time/weight_write_s"] for u in updates])
+    commit = _mean([u["time/commit_latency_s"] for u in updates])
+    reload = _mean(led.reload_s)
+    return {
+        "schema_version": 1,
+        "mode": cfg.mode,
+        "objective": cfg.train.objective,
+        "staleness_k": cfg.staleness.staleness_k,
+        "seed": cfg.seed,
+        "updates": len(updates),
+        "policy_version": updates[-1]["version"] if updates else 0,
+        "samples": {
+            "generated": len(samples),
+            "accepted": len(accepted),
+            "trained": len(trained),
+            "dropped_stale": len(by_status["dropped_stale"]),
+            "dropped_interrupted": len(by_status["dropped_interrupted"]),
+            "resubmissions": led.event_counts["resubmission"],
+        },
+        "tokens": {
+            "generated": generated,
+            "trained": sum(r["response_tokens"] for r in trained),
+            "stale_dropped": sum(r["response_tokens"] for r in by_status["dropped_stale"]),
+            "interrupted": led.tokens["interrupted"],
+            "untrained": sum(r["response_tokens"] for r in untrained)
+            + led.tokens["abandoned"],
+            "reprefilled": led.tokens["reprefilled"],
+            "kv_kept": led.tokens["kv_kept"],
+        },
+        "time": {
+            "wall_s": wall_s,
+            "cold_start_s": cold_start_s,
+            "startup_s": led.startup_s,
+            "rollout_busy_s": led.busy_s("rollout"),
+            "controller_busy_s": led.busy_s("controller"),
+            "trainer_busy_s": led.busy_s("trainer"),
+            "overlap_frac": min(1.0, per_s(metrics.overlap_seconds(rollout, trainer))),
+        },
+        "metrics": {
+            "train_pass_rate": sum(r["pass"] for r in trained) / max(len(trained), 1),
+            "train_pass_rate_final": metrics.moving_average(pass_curve, cfg.eval.window)[-1]
+            if pass_curve else 0.0,
+            "reward_per_1k_tokens": metrics.reward_per_1k_tokens(trained_reward, generated),
+            "threshold": cfg.eval.threshold,
+            "steps_to_threshold": metrics.steps_to_threshold(pass_curve, cfg.eval.threshold,
+                                                             cfg.eval.window),
+            "time_to_threshold_s": metrics.time_to_threshold(
+                [u["t_commit"] for u in updates], pass_curve, cfg.eval.threshold,
+                cfg.eval.window),
+            "samples_per_s": per_s(len(samples)),
+            "accepted_samples_per_s": per_s(len(accepted)),
+            "tokens_per_s": per_s(generated),
+            "acceptance_rate": len(accepted) / emitted if emitted else 0.0,
+        },
+        "staleness": {
+            "mean_accepted": sum(r["staleness"] for r in accepted) / max(len(accepted), 1),
+            "max_accepted": max((r["staleness"] for r in accepted), default=0),
+        },
+        "scheduling": {
+            "skipped_commits": led.event_counts["update_skipped"],
+            "waits": waits,
+            "controller_ms_per_sample": 1000 * led.busy_s("controller") / max(len(samples), 1),
+            "weight_sync": {"write_s": write, "commit_latency_s": commit, "reload_s": reload,
+                            "per_version_s": write + commit + reload,
+                            "reloads": len(led.reload_s)},
+            "placement": placement,
+        },
+        "load": load,
+    }
+
+
+def staleness_stats(led: RunLedger) -> dict[str, Any]:
+    """staleness.json: histograms per sample (accepted, dropped as stale) and per token
+    (of trained samples at their update's base version, and of stale-dropped ones)."""
+    return {
+        "per_sample": {
+            status: metrics.histogram(r["staleness"] for r in led.samples
+                                      if r["status"] == status)
+            for status in ("accepted", "dropped_stale")
+        },
+        "per_token": {k: metrics.histogram(v) for k, v in led.token_staleness.items()},
+    }
