@@ -224,8 +224,7 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
             if values:
                 mean, ci = mean_ci95(values)
                 ax.bar(x, mean, width * 0.9, yerr=ci, capsize=3, color=colors[(mode, policy)],
-                       alpha=0.75, hatch=hatches[j % 4], edgecolor="white",
-                       label=f"objective: {objective}" if i == 0 else None)
+                       alpha=0.75, hatch=hatches[j % 4], edgecolor="white")
                 ax.plot([x] * len(values), values, "k.", markersize=4)
             if missing_note and len(values) < len(members):
                 ax.annotate(f"{len(values)}/{len(members)}\n{missing_note}", (x, 0),
@@ -235,7 +234,10 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                   rotation=30, ha="right")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", fontsize=8,
+    # neutral swatches: the colour is the configuration's, the hatch the objective's
+    handles = [Patch(facecolor="#999999", edgecolor="white", hatch=hatches[j % 4],
+                     label=f"objective: {o}") for j, o in enumerate(objectives)]
+    fig.legend(handles=handles, loc="outside upper center", fontsize=8,
                ncols=len(objectives), title="bars: mean ± 95% CI over seeds; dots: seeds",
                title_fontsize=7)
     save(fig, png, svg)
@@ -247,7 +249,7 @@ def draw_time_to_threshold(rows: Sequence[Row], png: str | Path,
     thresholds = {r["threshold"] for r in rows}
     level = thresholds.pop() if len(thresholds) == 1 else "threshold"
     _bar_chart(rows, "time_to_threshold_s",
-               f"time to training pass rate ≥ {level} (s, wall clock)", png, svg,
+               f"seconds to train pass ≥ {level} (wall clock)", png, svg,
                missing_note="reached")
 
 
