@@ -176,6 +176,18 @@ def _arm_ks(groups: dict[Config, list[Row]]) -> dict[tuple[str, str], list[int]]
     return {a: sorted(v) for a, v in ks.items()}
 
 
+def _panel_legend(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
+    """Every labelled line of every panel once: a configuration may be missing from some."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    return handles, labels
+
+
 def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Paper Figure 2: training pass rate against policy updates, per configuration."""
     groups = group_rows(rows)
@@ -194,13 +206,7 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
             ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=(0, (4, 4)))
         ax.set_xlabel("training step (applied policy update)")
     axes[0].set_ylabel("training pass rate (trailing mean)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    for ax in axes[1:]:  # a configuration may be missing from the first panel
-        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            if label not in labels:
-                handles.append(h)
-                labels.append(label)
-    fig.legend(handles, labels, loc="outside right center", fontsize=8,
+    fig.legend(*_panel_legend(axes), loc="outside right center", fontsize=8,
                title="mean over seeds\ngrey: threshold", title_fontsize=7)
     save(fig, png, svg)
 
@@ -290,13 +296,7 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                 ax.plot(*zip(*points, strict=True), color=color, linewidth=0.8, alpha=0.6)
         ax.set_xlabel("accepted samples per second (throughput)")
     axes[0].set_ylabel("held-out sampled pass rate")
-    handles, labels = axes[0].get_legend_handles_labels()
-    for ax in axes[1:]:  # an arm may be missing from the first panel
-        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            if label not in labels:
-                handles.append(h)
-                labels.append(label)
-    fig.legend(handles, labels, loc="outside right center", fontsize=8,
+    fig.legend(*_panel_legend(axes), loc="outside right center", fontsize=8,
                title="mean ± 95% CI\nover seeds", title_fontsize=7)
     save(fig, png, svg)
 
