@@ -10,6 +10,7 @@ sampling distribution (logits / temperature), which `recompute_logprobs` reprodu
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import threading
@@ -121,6 +122,17 @@ def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype,
     width = max(len(r) for r in rows)
     return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype,
                         device=device)
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the tensors in name order, each as its name, dtype, shape and raw bytes:
+    equal exactly when every value is bit-for-bit equal, on any device."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return "sha256:" + digest.hexdigest()
 
 
 class HFPolicy:
@@ -294,6 +306,10 @@ class HFPolicy:
         return totals
 
     # --- state --------------------------------------------------------------------------
+    def state_digest(self) -> str:
+        """`state_digest` of this policy's trainable tensors."""
+        return state_digest(self.export_state())
+
     def export_state(self) -> dict[str, torch.Tensor]:
         """A CPU copy of every trainable tensor, by parameter name."""
         return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters()

@@ -34,7 +34,7 @@ from rlcore.runners.common import Prompt
 from rlcore.sampler import Generation
 from rlcore.sandbox import detect_isolation
 from rlcore.staleness import rollout_version, staleness, token_staleness
-from rlcore.summary import build_summary, staleness_stats
+from rlcore.summary import build_summary, reproducibility, staleness_stats
 
 ROLES = ("rollout", "controller", "trainer")
 
@@ -270,6 +270,7 @@ class RunLedger:
         summary = build_summary(self, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
                                 placement=placement,
                                 load=self.load.summary(self._worker_cpu_s))
+        summary["reproducibility"] = reproducibility(policy.state_digest(), self.cfg, devices)
         cfg = self.cfg
         if cfg.runtime.save_policy:
             policy.save(self.dir.stage_dir("policy"))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rlcore import metrics
 
 if TYPE_CHECKING:
+    from rlcore.config import RunConfig
     from rlcore.records import RunLedger
 
 SAMPLE_STATUSES = ("accepted", "dropped_stale", "dropped_interrupted")
@@ -113,6 +114,25 @@ def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
             "placement": placement,
         },
         "load": load,
+    }
+
+
+def reproducibility(state_digest: str, cfg: RunConfig, devices: dict[str, str]
+                    ) -> dict[str, Any]:
+    """The final trainable state's digest, and what bit-exact reproduction depends on: the
+    torch build, the threads each role computes with, the devices, the determinism flags."""
+    import torch  # local: this module is read by analysis-only code too
+
+    return {
+        "state_digest": state_digest,
+        "environment": {
+            "torch": torch.__version__,
+            "threads_per_role": cfg.runtime.threads_per_role,
+            "devices": devices,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        },
     }
 
 

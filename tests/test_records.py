@@ -13,6 +13,7 @@ from rlcore.config import config_from_dict
 from rlcore.metrics import merge_spans
 from rlcore.records import EVENT_FIELDS, RunLedger
 from rlcore.runners import run_mode
+from rlcore.runners.sync import sync_train
 from tests.conftest import small_config
 
 MODES = ("sync", "async", "areal")
@@ -47,7 +48,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict
         cfg = config_from_dict(small_config(
             tiny_model_dir, mode=mode, train={"updates": 5, "update_batch_size": 8},
             rollout={"max_new_tokens": 5, "chunk_tokens": 1, "group_size": 4},
-            staleness=staleness, runtime={"progress_every": 0, "save_policy": False}))
+            staleness=staleness, runtime={"progress_every": 0}))
         run_mode(cfg, root / mode)
         out[mode] = root / mode
     return out
@@ -132,3 +133,55 @@ def test_the_ledger_refuses_an_event_outside_the_vocabulary(cfg, tmp_path: Path)
             ledger.event("no_such_event")
     finally:
         ledger.close()
+
+
+# --- the final state's digest ---------------------------------------------------------------
+def test_state_digest_sees_every_bit_and_name_but_not_dict_order():
+    import torch
+
+    from rlcore.backend import state_digest
+
+    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.5])}
+    assert state_digest(a) == state_digest({"b": a["b"].clone(), "w": a["w"].clone()})
+    assert state_digest(a).startswith("sha256:") and len(state_digest(a)) == 7 + 64
+    nudged = {"w": torch.tensor([1.0, torch.nextafter(torch.tensor(2.0),
+                                                      torch.tensor(3.0)).item()]),
+              "b": a["b"]}
+    assert state_digest(nudged) != state_digest(a)  # one ulp in one element
+    assert state_digest({"v": a["w"], "b": a["b"]}) != state_digest(a)  # a renamed tensor
+    assert state_digest({"w": a["w"].double(), "b": a["b"]}) != state_digest(a)  # dtype
+
+
+def test_summary_digest_is_the_saved_policy_and_repeats_for_sync(tiny_model_dir: Path,
+                                                                  tmp_path: Path):
+    """The digest describes the weights in policy/, and a seeded sync run ends in the same
+    weights bit for bit when run again."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlcore.backend import state_digest
+
+    cfg = config_from_dict(small_config(tiny_model_dir, train={"updates": 3}))
+    first = sync_train(cfg, tmp_path / "a")
+    again = sync_train(cfg, tmp_path / "b")
+    digest = first["reproducibility"]["state_digest"]
+    assert again["reproducibility"]["state_digest"] == digest
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "policy", dtype=torch.float32)
+    assert state_digest(dict(saved.named_parameters())) == digest
+    env = first["reproducibility"]["environment"]
+    assert env["torch"] == torch.__version__ and env["threads_per_role"] == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "areal"])
+def test_every_mode_digests_the_policy_it_saved(runs: dict[str, Path], mode: str):
+    """In the asynchronous modes the final weights are read back from the parameter service;
+    the digest must still be the one of the policy/ directory."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlcore.backend import state_digest
+
+    summary = json.loads((runs[mode] / "summary.json").read_text())
+    saved = AutoModelForCausalLM.from_pretrained(runs[mode] / "policy", dtype=torch.float32)
+    assert state_digest(dict(saved.named_parameters())) == \
+        summary["reproducibility"]["state_digest"]
