@@ -1,5 +1,6 @@
 # make run    : set up .venv if needed, run the whole grid with Snakemake (only what is stale),
-#               then write the HTML report and print where it is
+#               then write the HTML report (unless it is newer than all it shows) and print
+#               where it is
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint and run the test suite
 PYTHON ?= python3
@@ -25,9 +26,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,pipeline,slurm]'
 	touch $(STAMP)
 
+# The report is rebuilt only when something it shows is newer than it: the outputs beside it,
+# the config, the workflow or the captions (rendering it takes seconds even when unchanged).
+REPORT_INPUTS := Snakefile workflow reports $(CONFIG) $(dir $(REPORT))
+
 run: setup
 	$(SNAKEMAKE)
-	$(SNAKEMAKE) --report $(REPORT)
+	@if [ -f $(REPORT) ] && [ -z "$$(find $(REPORT_INPUTS) -type f -newer $(REPORT) \
+		-not -name '*.pyc' -print -quit)" ]; then \
+		echo "Report up to date: nothing it shows is newer than $(REPORT)"; \
+	else \
+		echo "$(SNAKEMAKE) --report $(REPORT)"; \
+		$(SNAKEMAKE) --report $(REPORT); \
+	fi
 	@echo "Report: $(abspath $(REPORT))"
 
 resume: setup
