@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import figures, trace_figures
+from rlcore import figures, staleness_figures, trace_figures
 
 
 def test_mean_curve_is_pointwise_and_cut_to_the_shortest():
@@ -44,7 +44,7 @@ def test_staleness_counts_add_up_over_runs(tmp_path: Path):
                              ("b", {"accepted": {"1": 2}, "dropped_stale": {}})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "staleness.json").write_text(json.dumps({"per_sample": per_sample}))
-    counts = figures.staleness_counts([tmp_path / "a", tmp_path / "b"])
+    counts = staleness_figures.staleness_counts([tmp_path / "a", tmp_path / "b"])
     assert counts == {"accepted": {0: 3, 1: 7}, "dropped_stale": {3: 1}}
 
 

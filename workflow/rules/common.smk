@@ -26,6 +26,7 @@ ANALYSIS_SOURCES = (
     "rlcore/analysis.py",
     "rlcore/figures.py",
     "rlcore/trace_figures.py",
+    "rlcore/staleness_figures.py",
     "rlcore/length_bias.py",
     "rlcore/bench.py",
 )
@@ -226,6 +227,7 @@ PLOT_CODE = sources_hash(
     [
         "rlcore/figures.py",
         "rlcore/trace_figures.py",
+        "rlcore/staleness_figures.py",
         "rlcore/analysis.py",
         "rlcore/length_bias.py",
         "workflow/scripts/figures.py",

@@ -4,7 +4,7 @@ both figure rules."""
 import sys
 from pathlib import Path
 
-from rlcore import figures
+from rlcore import figures, staleness_figures
 from rlcore import trace_figures as traces_of
 from rlcore.analysis import run_row
 from rlcore.length_bias import draw_length_bias, runs_by_k
@@ -16,10 +16,11 @@ def grid_figures(smk):
     figures.draw_pass_rate(rows, out.pass_rate, out.pass_rate_svg)
     figures.draw_time_to_threshold(rows, out.time_to_threshold, out.time_to_threshold_svg)
     figures.draw_reward_per_1k(rows, out.reward_per_1k, out.reward_per_1k_svg)
-    figures.draw_quality_throughput(rows, out.quality_throughput, out.quality_throughput_svg)
-    figures.draw_quality_vs_k(rows, out.quality_vs_k, out.quality_vs_k_svg,
-                              **smk.params.k_axis)
-    figures.draw_staleness(rows, out.staleness, out.staleness_svg)
+    staleness_figures.draw_quality_throughput(rows, out.quality_throughput,
+                                              out.quality_throughput_svg)
+    staleness_figures.draw_quality_vs_k(rows, out.quality_vs_k, out.quality_vs_k_svg,
+                                        **smk.params.k_axis)
+    staleness_figures.draw_staleness(rows, out.staleness, out.staleness_svg)
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
     axis = smk.params.k_axis
     draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg,
