@@ -39,7 +39,7 @@ from rlcore.objectives import (
     decoupled_loss,
     pg_loss,
 )
-from rlcore.sampler import ChunkedSampler, Generation
+from rlcore.sampler import ChunkedSampler, Draws, Generation
 
 # Loading bars from transformers would interleave with the runners' progress lines.
 hf_logging.disable_progress_bar()
@@ -189,17 +189,17 @@ class HFPolicy:
 
     # --- sampling -----------------------------------------------------------------------
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
-                temperature: float, generator: torch.Generator | None, version: int = 0
+                temperature: float, draws: Draws | None, version: int = 0
                 ) -> ChunkedSampler:
         return ChunkedSampler(self, prompt_ids, max_new_tokens=max_new_tokens,
-                              temperature=temperature, generator=generator, version=version)
+                              temperature=temperature, draws=draws, version=version)
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
-                 temperature: float, chunk_tokens: int, generator: torch.Generator,
-                 version: int = 0) -> list[Generation]:
+                 temperature: float, chunk_tokens: int, draws: Draws, version: int = 0
+                 ) -> list[Generation]:
         """Sample one response per prompt, chunk by chunk, without interruption."""
         s = self.sampler(prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                         generator=generator, version=version)
+                         draws=draws, version=version)
         while not s.done:
             s.step(chunk_tokens)
         return s.gens
@@ -207,7 +207,7 @@ class HFPolicy:
     def greedy(self, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         """Greedy responses (argmax), for evaluation."""
         s = self.sampler(prompt_ids, max_new_tokens=max_new_tokens, temperature=1.0,
-                         generator=None)
+                         draws=None)
         while not s.done:
             s.step(max_new_tokens)
         return [g.response_ids for g in s.gens]

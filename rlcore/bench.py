@@ -28,6 +28,7 @@ from rlcore.objectives import compute_advantages
 from rlcore.reward import RewardPool, evaluate_response
 from rlcore.runners import run_mode
 from rlcore.runners.common import PromptStream, preflight, set_threads
+from rlcore.sampler import Draws
 from rlcore.sandbox import detect_isolation
 from rlcore.tasks import Task
 
@@ -46,7 +47,6 @@ def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
     tasks = preflight(cfg)
     set_threads(cfg)
     policy = HFPolicy(cfg.model, cfg.train, role="trainer")
-    gen = torch.Generator().manual_seed(cfg.seed)
     stream = PromptStream(tasks, cfg.seed)
     ro = cfg.rollout
     groups = cfg.train.update_batch_size // ro.group_size
@@ -55,9 +55,11 @@ def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
         if step == 1:
             t0 = time.perf_counter()
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
+        b = len(prompts)
         gens = policy.generate([policy.encode_prompt(p.task.prompt) for p in prompts],
                                max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
-                               chunk_tokens=ro.max_new_tokens, generator=gen)
+                               chunk_tokens=ro.max_new_tokens,
+                               draws=Draws(cfg.seed, [(step * b + i, 0) for i in range(b)]))
         rewards = [evaluate_response(policy.decode_response(g.response_ids), p.task,
                                      cfg.reward)["reward"]
                    for p, g in zip(prompts, gens, strict=True)]

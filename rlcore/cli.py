@@ -1,4 +1,5 @@
-"""`rlcore`: build the base model, run a training job, evaluate a run, print the config schema."""
+"""`rlcore`: build the base model, run a training job, replay or evaluate a run, print the
+config schema."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from rlcore.config import (
 )
 from rlcore.rundir import RunExistsError, atomic_write_json
 from rlcore.runners import WorkerFailed, die_with_parent
+from rlcore.schedule import ReplayError
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -44,6 +46,28 @@ def _run(args: argparse.Namespace) -> int:
         print(f"final policy on {result['tasks']} held-out tasks: greedy pass "
               f"{result['greedy_pass_rate']:.3f}, sampled pass "
               f"{result['sampled_pass_rate']:.3f} -> {out}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from rlcore.replay import replay_run
+
+    summary = replay_run(args.run_dir, args.out, args.set, tolerance=args.tolerance,
+                         threads=args.threads, force=args.force)
+    info = summary["reproducibility"]["replay"]
+    if info["kind"] == "verification":
+        verdict = "verified: every sample, update loss and the final state match" \
+            if args.tolerance is None else f"largest divergence {info['max_divergence']}"
+    else:
+        verdict = f"counterfactual with {info['overrides']}"
+    print(f"replay complete: {args.out} | {summary['updates']} updates in "
+          f"{summary['time']['wall_s']:.1f}s | {verdict}")
+    if args.eval:
+        from rlcore.evaluation import EVAL_SEED, evaluate_run
+
+        result, out = evaluate_run(Path(args.out), "final", seed=EVAL_SEED)
+        print(f"final policy on {result['tasks']} held-out tasks: greedy pass "
+              f"{result['greedy_pass_rate']:.3f} -> {out}")
     return 0
 
 
@@ -111,6 +135,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "pipeline scores each run in its run job")
     r.set_defaults(func=_run)
 
+    y = sub.add_parser("replay", help="re-execute a run's schedule in one process: verify it "
+                       "bit for bit, or train differently on the same schedule")
+    y.add_argument("run_dir", help="a complete run directory (with schedule.jsonl)")
+    y.add_argument("--out", required=True, help="run directory to write the replay into")
+    y.add_argument("--set", action="append", default=[], metavar="train.KEY=VALUE",
+                   help="a counterfactual: change a train setting and hold the schedule, e.g. "
+                        "--set train.objective=decoupled (repeatable); none: a verification")
+    y.add_argument("--tolerance", type=float, default=None, metavar="T",
+                   help="where bit-exactness cannot hold (another device or thread count, GPU "
+                        "kernels): report the largest divergence instead of failing")
+    y.add_argument("--threads", type=int, default=None,
+                   help="threads per role (default: the run's runtime.threads_per_role)")
+    y.add_argument("--force", action="store_true", help="replace a complete run in --out")
+    y.add_argument("--eval", action="store_true",
+                   help="then score the final policy on the held-out split, as `rlcore run "
+                        "--eval` does")
+    y.set_defaults(func=_replay)
+
     b = sub.add_parser("build-base", help="build and warm-start the embedded tiny model")
     b.add_argument("out_dir", help="directory to save the model in (save_pretrained)")
     b.add_argument("--config", help="config whose task and base sections to use")
@@ -155,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RunExistsError, FileExistsError) as e:
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 2
+    except ReplayError as e:  # a schedule that cannot be replayed, or a divergence
+        print(f"rlcore: error: {e}", file=sys.stderr)
+        return 1
     except WorkerFailed as e:
         detail = f"\n{e.__cause__}" if e.__cause__ else ""
         print(f"rlcore: error: {e}{detail}", file=sys.stderr)

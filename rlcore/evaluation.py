@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rlcore.backend import HFPolicy
 from rlcore.config import ConfigError, RunConfig, config_from_dict
 from rlcore.reward import evaluate_response
 from rlcore.rundir import atomic_write_json, is_complete
 from rlcore.runners.common import set_threads
+from rlcore.sampler import Draws
 from rlcore.tasks import Task, load_suite
 
 EVAL_SEED = 12345  # sampling seed of held-out evaluation, the same for every run
@@ -25,7 +24,6 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
     """Pass rates on `tasks`: greedy (one response each) and sampled (samples_per_task each)."""
     start = time.perf_counter()
     ev, ro = cfg.eval, cfg.rollout
-    gen = torch.Generator(device=policy.device).manual_seed(seed)
     prompts = [policy.encode_prompt(t.prompt) for t in tasks]
     greedy_pass = 0
     sampled_pass = 0
@@ -34,9 +32,12 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
         chunk, ids = tasks[lo : lo + ev.batch_size], prompts[lo : lo + ev.batch_size]
         greedy = policy.greedy(ids, ro.max_new_tokens)
         repeated = [p for p in ids for _ in range(ev.samples_per_task)]
+        # Sample j of held-out task i draws as slot i * samples_per_task + j, attempt 0.
+        keys = [((lo + i) * ev.samples_per_task + j, 0)
+                for i in range(len(chunk)) for j in range(ev.samples_per_task)]
         sampled = policy.generate(repeated, max_new_tokens=ro.max_new_tokens,
                                   temperature=ro.temperature, chunk_tokens=ro.max_new_tokens,
-                                  generator=gen)
+                                  draws=Draws(seed, keys))
         for i, task in enumerate(chunk):
             g_ok = evaluate_response(policy.decode_response(greedy[i]), task,
                                      cfg.reward)["pass"]

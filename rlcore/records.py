@@ -8,6 +8,9 @@ in the one vocabulary `docs/metrics.md` defines:
             on; `drop_interrupted` records a slot whose last attempt was interrupted;
   updates   `record_update`, one row per applied commit, computed from its settled samples;
   events    `event`, checked against `EVENT_FIELDS`; `span` and `busy` time the roles;
+  schedule  what timing decided (`rlcore/schedule.py`): `generation`, `trainer_steps` and
+            `commit`, plus a record from every `settle`, `drop_interrupted` and
+            `interrupted_attempt`;
   tokens    `count_tokens` from the samplers, so the token ledger is a real check;
   summary   `finish` derives summary.json and staleness.json from the above
             (`rlcore/summary.py`) and hands them, with config.json, to the run directory
@@ -18,6 +21,7 @@ Times are on the measured clock: seconds since every worker was ready (`start_cl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -33,6 +37,7 @@ from rlcore.rundir import RunDirectory, environment_info
 from rlcore.runners.common import Prompt
 from rlcore.sampler import Generation
 from rlcore.sandbox import detect_isolation
+from rlcore.schedule import SCHEDULE_FILE, GenerationRecord, ScheduleLog, TrainerOp
 from rlcore.staleness import rollout_version, staleness, token_staleness
 from rlcore.summary import build_summary, reproducibility, staleness_stats
 
@@ -66,22 +71,26 @@ class _OpenSample:
     prompt: Prompt
     gen: Generation
     scored: dict[str, Any]
+    arrival_version: int
     staleness_at_arrival: int
+    slot: int
     attempt: int
     worker: str
     t_emit: float
 
 
-def _sample_row(sample_id: int, prompt: Prompt, *, attempt: int, worker: str,
+def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, worker: str,
                 policy_version: int, policy_version_max: int, current_version: int,
                 staleness: int | None, staleness_at_arrival: int | None, status: str,
-                batch_id: int | None, scored: dict[str, Any], response_tokens: int,
-                finished: bool, logprob_sum: float | None, t_emit: float) -> dict[str, Any]:
+                batch_id: int | None, scored: dict[str, Any], response_ids: list[int] | None,
+                response_tokens: int, finished: bool, logprob_sum: float | None,
+                t_emit: float) -> dict[str, Any]:
     """One line of samples.jsonl: its fields and their order, for every status."""
     return {
         "sample_id": sample_id,
         "task_id": prompt.task.task_id,
         "group_id": prompt.group_id,
+        "slot": slot,
         "attempt": attempt,
         "worker": worker,
         "policy_version": policy_version,
@@ -94,6 +103,7 @@ def _sample_row(sample_id: int, prompt: Prompt, *, attempt: int, worker: str,
         "reward": scored["reward"],
         "pass": scored["pass"],
         "response": scored["response"],
+        "response_ids": response_ids,
         "response_tokens": response_tokens,
         "finished": finished,
         "logprob_sum": logprob_sum,
@@ -126,6 +136,7 @@ class RunLedger:
                        "interrupted": 0, "trained": 0}
         self.load = LoadMeter()
         self._worker_cpu_s = 0.0
+        self.schedule = ScheduleLog()
 
     # --- clock ---------------------------------------------------------------------------
     def start_clock(self, t0: float | None = None) -> None:
@@ -146,14 +157,22 @@ class RunLedger:
         return t - self.t0
 
     # --- samples -------------------------------------------------------------------------
+    def _new_id(self, sample_id: int | None) -> int:
+        """The next sample id, or the given one (a replay keeps the ids it replays)."""
+        if sample_id is None:
+            sample_id = self._next_id
+        self._next_id = max(self._next_id, sample_id + 1)
+        return sample_id
+
     def arrive(self, prompt: Prompt, gen: Generation, scored: dict[str, Any], *,
-               current_version: int, attempt: int, worker: str, t_emit: float) -> int:
+               current_version: int, slot: int, attempt: int, worker: str, t_emit: float,
+               sample_id: int | None = None) -> int:
         """Open a scored sample (its staleness taken now, on arrival); returns its id."""
-        sample_id = self._next_id
-        self._next_id += 1
+        sample_id = self._new_id(sample_id)
         v = rollout_version(gen.versions, current_version)
-        self._open[sample_id] = _OpenSample(prompt, gen, scored, staleness(current_version, v),
-                                            attempt, worker, t_emit)
+        self._open[sample_id] = _OpenSample(prompt, gen, scored, current_version,
+                                            staleness(current_version, v), slot, attempt,
+                                            worker, t_emit)
         return sample_id
 
     def settle(self, sample_id: int, status: str, *, current_version: int,
@@ -164,12 +183,17 @@ class RunLedger:
         g = s.gen
         v = rollout_version(g.versions, current_version)  # the oldest token's
         row = _sample_row(
-            sample_id, s.prompt, attempt=s.attempt, worker=s.worker, policy_version=v,
+            sample_id, s.prompt, slot=s.slot, attempt=s.attempt, worker=s.worker,
+            policy_version=v,
             policy_version_max=max(g.versions) if g.versions else current_version,
             current_version=current_version, staleness=staleness(current_version, v),
             staleness_at_arrival=s.staleness_at_arrival, status=status, batch_id=batch_id,
-            scored=s.scored, response_tokens=len(g.response_ids), finished=g.finished,
+            scored=s.scored, response_ids=list(g.response_ids),
+            response_tokens=len(g.response_ids), finished=g.finished,
             logprob_sum=sum(g.logprobs), t_emit=s.t_emit)
+        self.schedule.add("sample", sample_id=sample_id, slot=s.slot, attempt=s.attempt,
+                          group_id=s.prompt.group_id, arrival_version=s.arrival_version,
+                          status=status, version=current_version, batch_id=batch_id)
         if status == "dropped_stale":
             self.token_staleness["dropped_stale"] += token_staleness(current_version, g.versions)
         elif batch_id is not None:
@@ -177,28 +201,60 @@ class RunLedger:
         self._record_sample(row)
         return row
 
-    def interrupted_attempt(self, *, worker: str, group_id: int, attempt: int, tokens: int,
-                            t: float) -> None:
-        """An attempt abandoned because the policy moved (`interrupt: resubmit`)."""
+    def interrupted_attempt(self, *, worker: str, slot: int, group_id: int, attempt: int,
+                            tokens: int, old_version: int, new_version: int,
+                            resubmitted: bool, t: float) -> None:
+        """An attempt abandoned because the policy moved (`interrupt: resubmit`), and whether
+        its slot gets another attempt."""
         self.tokens["interrupted"] += tokens
         self.event("interrupted_attempt", t=t, worker=worker, group_id=group_id,
                    attempt=attempt, tokens=tokens)
+        self.schedule.add("interrupt", slot=slot, attempt=attempt, group_id=group_id,
+                          tokens=tokens, old_version=old_version, new_version=new_version,
+                          resubmitted=resubmitted)
+        if resubmitted:
+            self.event("resubmission", t=t, group_id=group_id, attempt=attempt + 1)
 
-    def drop_interrupted(self, prompt: Prompt, *, attempt: int, tokens: int, old_version: int,
-                         new_version: int, worker: str, t_emit: float) -> None:
+    def drop_interrupted(self, prompt: Prompt, *, slot: int, attempt: int, tokens: int,
+                         old_version: int, new_version: int, worker: str, t_emit: float,
+                         sample_id: int | None = None) -> None:
         """The row of a slot whose last allowed attempt was interrupted: no response."""
-        sample_id = self._next_id
-        self._next_id += 1
+        sample_id = self._new_id(sample_id)
         self._record_sample(_sample_row(
-            sample_id, prompt, attempt=attempt, worker=worker, policy_version=old_version,
-            policy_version_max=old_version, current_version=new_version, staleness=None,
-            staleness_at_arrival=None, status="dropped_interrupted", batch_id=None,
-            scored={"reward": 0.0, "pass": False, "response": None}, response_tokens=tokens,
-            finished=False, logprob_sum=None, t_emit=t_emit))
+            sample_id, prompt, slot=slot, attempt=attempt, worker=worker,
+            policy_version=old_version, policy_version_max=old_version,
+            current_version=new_version, staleness=None, staleness_at_arrival=None,
+            status="dropped_interrupted", batch_id=None,
+            scored={"reward": 0.0, "pass": False, "response": None}, response_ids=None,
+            response_tokens=tokens, finished=False, logprob_sum=None, t_emit=t_emit))
+        self.schedule.add("sample", sample_id=sample_id, slot=slot, attempt=attempt,
+                          group_id=prompt.group_id, arrival_version=None,
+                          status="dropped_interrupted", version=new_version, batch_id=None)
+
+    def settled_ids(self) -> set[int]:
+        """Ids of the samples whose rows are recorded."""
+        return set(self._rows)
 
     def _record_sample(self, row: dict[str, Any]) -> None:
         self.samples.append(row)
         self._rows[row["sample_id"]] = row
+
+    # --- the schedule's own records --------------------------------------------------------
+    def generation(self, record: GenerationRecord) -> None:
+        """A generation batch as it ran: rows, versions, swaps and cuts."""
+        self.schedule.add("generate", **record.fields())
+
+    def trainer_steps(self, ops: Sequence[TrainerOp]) -> None:
+        """Trainer steps (loads and updates) as a trainer reported them."""
+        for op in ops:
+            self.schedule.add("trainer_op", **op.fields())
+
+    def commit(self, *, batch_id: int, trainer: int, base_version: int,
+               sample_ids: Sequence[int], outcome: str, version: int, reason: str) -> None:
+        """The verdict on a batch: applied (making `version`), skipped or refused."""
+        self.schedule.add("commit", batch_id=batch_id, trainer=trainer,
+                          base_version=base_version, sample_ids=list(sample_ids),
+                          outcome=outcome, version=version, reason=reason)
 
     # --- updates -------------------------------------------------------------------------
     def record_update(self, version: int, batch_id: int, sample_ids: Sequence[int],
@@ -263,14 +319,20 @@ class RunLedger:
     # --- the end -------------------------------------------------------------------------
     def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
                waits: dict[str, float], placement: dict[str, Any],
-               devices: dict[str, str]) -> dict[str, Any]:
-        """Save the final policy and finalize the run directory (summary.json last)."""
+               devices: dict[str, str], replay: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """Save the final policy and finalize the run directory (summary.json last); `replay`
+        says what a replay run replayed."""
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
         summary = build_summary(self, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
                                 placement=placement,
                                 load=self.load.summary(self._worker_cpu_s))
-        summary["reproducibility"] = reproducibility(policy.state_digest(), self.cfg, devices)
+        schedule = "\n".join(self.schedule.lines()) + "\n"
+        summary["reproducibility"] = reproducibility(
+            policy.state_digest(), self.cfg, devices,
+            schedule_digest="sha256:" + hashlib.sha256(schedule.encode()).hexdigest(),
+            replay=replay)
         cfg = self.cfg
         if cfg.runtime.save_policy:
             policy.save(self.dir.stage_dir("policy"))
@@ -285,6 +347,7 @@ class RunLedger:
             config_json["sandbox"] = detect_isolation(cfg.reward).describe()
         self.dir.finalize(summary, self.samples,
                           {"staleness.json": staleness_stats(self), "config.json": config_json},
+                          texts={SCHEDULE_FILE: schedule},
                           dirs=("policy",) if cfg.runtime.save_policy else ())
         return summary
 

@@ -1,11 +1,11 @@
 """The run directory on disk, and the rule that a half-written run never looks done.
 
-Layout (DESIGN.md): samples.jsonl, updates.jsonl, events.jsonl, staleness.json, config.json,
-policy/ (final weights) and summary.json. Updates and events are streamed to `*.partial`
-while the run goes (sample rows are held by the ledger and written at the end); `finalize`
-renames them into place and writes summary.json last, so the presence of summary.json means
-the run is complete. A forced rerun over a complete run leaves the old
-files untouched until the new run has finished.
+Layout (DESIGN.md): samples.jsonl, updates.jsonl, events.jsonl, schedule.jsonl,
+staleness.json, config.json, policy/ (final weights) and summary.json. Updates and events
+are streamed to `*.partial` while the run goes (sample rows and the schedule are held by the
+ledger and written at the end); `finalize` renames them into place and writes summary.json
+last, so the presence of summary.json means the run is complete. A forced rerun over a
+complete run leaves the old files untouched until the new run has finished.
 """
 
 from __future__ import annotations
@@ -108,16 +108,18 @@ class RunDirectory:
                 f.close()
 
     def finalize(self, summary: dict[str, Any], samples: Sequence[dict[str, Any]],
-                 files: dict[str, Any], dirs: tuple[str, ...] = ()) -> None:
-        """Validate the summary, then move samples.jsonl, the streams, JSON files and staged
-        directories (see `stage_dir`) into place, summary.json last. Nothing old is touched
-        before the summary has been validated."""
+                 files: dict[str, Any], texts: dict[str, str] | None = None,
+                 dirs: tuple[str, ...] = ()) -> None:
+        """Validate the summary, then move samples.jsonl, the streams, JSON files, text files
+        and staged directories (see `stage_dir`) into place, summary.json last. Nothing old
+        is touched before the summary has been validated."""
         validate_summary(summary)
         self.close()
         staged = []
-        for name, data in files.items():
+        contents = {name: json.dumps(data, indent=2) + "\n" for name, data in files.items()}
+        for name, text in {**contents, **(texts or {})}.items():
             tmp = self.path / f"{name}{PARTIAL}"
-            tmp.write_text(json.dumps(data, indent=2) + "\n")
+            tmp.write_text(text)
             staged.append((tmp, self.path / name))
         # Sample rows are encoded here, off the measured clock: the controller decides
         # thousands per second, and JSON encoding would compete with the workers for cores.

@@ -4,10 +4,18 @@
 at the policy clock between chunks, and records for every sampled token its log-probability
 under the sampling distribution (logits / temperature) and the policy version that sampled
 it. `HFPolicy.sampler` builds one.
+
+Sampling randomness is a pure function of the run, not a generator's state: token j of
+attempt a of sample slot s in a run seeded r is drawn by inverse CDF with the uniform
+`token_uniform(r, s, a, j)`. So a draw does not depend on which other rows shared its batch,
+on how the batch was chunked, or on what the worker sampled before, and `rlcore replay` can
+re-derive every draw from the schedule alone (docs/replay.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,6 +25,39 @@ from transformers import DynamicCache
 
 if TYPE_CHECKING:
     from rlcore.backend import HFPolicy
+
+
+def token_uniform(seed: int, slot: int, attempt: int, position: int) -> float:
+    """The uniform in [0, 1) that draws token `position` of `attempt` of sample `slot` in a
+    run seeded `seed`: the top 53 bits of blake2b-64 over the four integers (little-endian
+    int64s), over 2**53."""
+    h = hashlib.blake2b(struct.pack("<4q", seed, slot, attempt, position), digest_size=8)
+    return (int.from_bytes(h.digest(), "little") >> 11) / 2**53
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Where a batch's randomness comes from: the run seed and each row's (slot, attempt)."""
+
+    seed: int
+    keys: Sequence[tuple[int, int]]
+
+    def uniforms(self, positions: Sequence[int]) -> list[float]:
+        """One uniform per row, for the token at `positions[row]` of that row's response."""
+        return [token_uniform(self.seed, slot, attempt, pos)
+                for (slot, attempt), pos in zip(self.keys, positions, strict=True)]
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row, the first token whose cumulative probability exceeds u times the row's total.
+
+    probs [B, V], u [B] in [0, 1) -> token ids [B]. Scaling u by the total (float64) keeps
+    the pick inside the support when the float32 probabilities do not sum to exactly 1, and
+    a zero-probability token is never picked.
+    """
+    cdf = probs.double().cumsum(-1)  # [B, V]
+    target = (u.to(cdf) * cdf[:, -1])[:, None]  # [B, 1]
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
 @dataclass
@@ -35,6 +76,7 @@ class ChunkedSampler:
 
     Between chunks the caller may swap the weights and call `reprefill` (AReaL's
     `interrupt: continue`), or abandon the batch (the paper's `interrupt: resubmit`).
+    `draws` None means greedy (argmax) decoding.
     """
 
     def __init__(
@@ -44,13 +86,15 @@ class ChunkedSampler:
         *,
         max_new_tokens: int,
         temperature: float,
-        generator: torch.Generator | None,
+        draws: Draws | None,
         version: int = 0,
     ):
-        self.policy = policy  # generator None = greedy (argmax) decoding
+        if draws is not None and len(draws.keys) != len(prompt_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(draws.keys)} sample keys")
+        self.policy = policy
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.generator = generator
+        self.draws = draws
         self.version = version  # of the weights the next forward pass runs
         self.logits_version = version  # of the weights that computed next_logits
         self.gens = [Generation(prompt_ids=list(p)) for p in prompt_ids]
@@ -66,6 +110,7 @@ class ChunkedSampler:
         )  # [B, width]
         self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
         self.steps = 0
+        self.chunks = 0  # calls of step() that sampled: the schedule counts in these
         self.next_logits = self._prefill()  # [B, V]
 
     @property
@@ -99,14 +144,18 @@ class ChunkedSampler:
         """Sample up to n_tokens more tokens per unfinished row; returns tokens sampled."""
         sampled = 0
         stop = self.policy.stop_ids
+        if not self.done:
+            self.chunks += 1
         for _ in range(n_tokens):
             if self.done:
                 break
             logp = torch.log_softmax(self.next_logits / self.temperature, dim=-1)  # [B, V]
-            if self.generator is None:
+            if self.draws is None:
                 tok = logp.argmax(-1)  # [B]
             else:
-                tok = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(-1)
+                u = self.draws.uniforms([len(g.response_ids) for g in self.gens])
+                tok = inverse_cdf(logp.exp(), torch.tensor(u, dtype=torch.float64,
+                                                           device=logp.device))
             tok_logp = logp.gather(-1, tok[:, None]).squeeze(-1)  # [B]
             live = (~self.done_rows).tolist()
             for i, (t, lp) in enumerate(zip(tok.tolist(), tok_logp.tolist(), strict=True)):

@@ -117,14 +117,17 @@ def build_summary(led: RunLedger, *, wall_s: float, cold_start_s: float,
     }
 
 
-def reproducibility(state_digest: str, cfg: RunConfig, devices: dict[str, str]
-                    ) -> dict[str, Any]:
-    """The final trainable state's digest, and what bit-exact reproduction depends on: the
-    torch build, the threads each role computes with, the devices, the determinism flags."""
+def reproducibility(state_digest: str, cfg: RunConfig, devices: dict[str, str], *,
+                    schedule_digest: str, replay: dict[str, Any] | None) -> dict[str, Any]:
+    """The final trainable state's digest, the schedule's, and what bit-exact reproduction
+    depends on: the torch build, the threads each role computes with, the devices, the
+    determinism flags; for a replay, what it replayed."""
     import torch  # local: this module is read by analysis-only code too
 
     return {
         "state_digest": state_digest,
+        "schedule_digest": schedule_digest,
+        "replay": replay,
         "environment": {
             "torch": torch.__version__,
             "threads_per_role": cfg.runtime.threads_per_role,

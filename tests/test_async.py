@@ -20,6 +20,7 @@ from rlcore.records import RunLedger
 from rlcore.rundir import validate_summary
 from rlcore.runners import run_mode
 from rlcore.runners.asynchronous.placement import plan_cpus
+from rlcore.sampler import Draws
 from tests.conftest import small_config
 
 MAX_RETRIES = 1
@@ -380,7 +381,7 @@ class TestKeepCache:
         policy = HFPolicy(cfg.model, cfg.train)
         policy.stop_ids = set()  # no early stop: every row samples all six tokens
         sampler = policy.sampler([policy.encode_prompt("1+2=")], max_new_tokens=6,
-                                 temperature=1.0, generator=torch.Generator().manual_seed(0),
+                                 temperature=1.0, draws=Draws(0, [(0, 0)]),
                                  version=3)
         sampler.step(2)
         sampler.keep_cache(4)  # new weights would be loaded here; the cache stays

@@ -10,6 +10,7 @@ import torch
 
 from rlcore.backend import HFPolicy, TrainBatch, load_tokenizer
 from rlcore.config import RunConfig
+from rlcore.sampler import Draws
 
 PROMPTS = ["1+2=", "13+27=", "3+4=", "9+9=", "0+0="]  # different lengths: left padding
 
@@ -22,7 +23,7 @@ def policy_for(cfg: RunConfig, path: Path | None = None) -> HFPolicy:
 def sample(policy: HFPolicy, chunk: int, seed: int = 0, max_new: int = 5):
     ids = [policy.encode_prompt(p) for p in PROMPTS]
     return policy.generate(ids, max_new_tokens=max_new, temperature=1.0, chunk_tokens=chunk,
-                           generator=torch.Generator().manual_seed(seed))
+                           draws=Draws(seed, [(i, 0) for i in range(len(ids))]))
 
 
 class TestTokenizer:
@@ -71,7 +72,7 @@ class TestSampling:
         policy = policy_for(cfg)
         ids = [policy.encode_prompt(p) for p in PROMPTS]
         s = policy.sampler(ids, max_new_tokens=6, temperature=1.0,
-                           generator=torch.Generator().manual_seed(3), version=0)
+                           draws=Draws(3, [(i, 0) for i in range(len(ids))]), version=0)
         s.step(2)
         with torch.no_grad():
             for p in policy.model.parameters():

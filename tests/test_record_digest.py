@@ -1,10 +1,13 @@
-"""A sync run's records are the same before and after the run-ledger refactor.
+"""A seeded sync run's records do not change unless sampling itself is meant to change.
 
-The digest in tests/data/sync_records_digest.json was taken from the code before the ledger
-existed (commit 7bb57f7). The projection keeps exactly the fields that samples.jsonl and
-updates.jsonl had then, minus timing fields (t_*, time/*); new fields may be added, but no
-old field may change its value. Floats are rounded to 6 decimals so that the digest is not
-hostage to the last bit of a summation order.
+The digest in tests/data/sync_records_digest.json was first taken from the code before the
+run ledger existed (commit 7bb57f7), to show that the ledger refactor changed no value. It
+was retaken once, on purpose, when sampling randomness became a pure function of (seed,
+slot, attempt, token position) for schedule replay: that draws different tokens. The
+projection keeps exactly the fields that samples.jsonl and updates.jsonl had at 7bb57f7,
+minus timing fields (t_*, time/*); new fields may be added, but no old field may change.
+Floats are rounded to 6 decimals so that the digest is not hostage to the last bit of a
+summation order.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from rlcore.backend import HFPolicy, TrainBatch
 from rlcore.config import RunConfig, config_from_dict
 from rlcore.rundir import validate_summary
 from rlcore.runners.sync import sync_train
+from rlcore.sampler import Draws
 from tests.conftest import small_config
 from tests.qwen_like import build_qwen_like
 
@@ -125,7 +126,7 @@ def off_policy_batch(policy: HFPolicy) -> TrainBatch:
     a behaviour policy that gave every token 0.5 less log-probability than pi_theta does."""
     prompts = [policy.encode_prompt(p) for p in ("1+2=", "13+27=", "3+4=", "9+9=")]
     gens = policy.generate(prompts, max_new_tokens=4, temperature=1.0, chunk_tokens=4,
-                           generator=torch.Generator().manual_seed(0))
+                           draws=Draws(0, [(i, 0) for i in range(len(prompts))]))
     return TrainBatch(prompt_ids=[g.prompt_ids for g in gens],
                       response_ids=[g.response_ids for g in gens],
                       behav_logprobs=[[lp - SHIFT for lp in g.logprobs] for g in gens],

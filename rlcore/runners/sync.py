@@ -3,6 +3,7 @@
 Each step samples `update_batch_size` responses with the current policy, rewards them,
 applies one update and bumps the policy version. Rollout and training never overlap, so
 every sample has staleness 0 and is accepted; the measured busy spans show the barrier.
+Its schedule is fixed by the config alone: batch v holds slots v*B .. v*B + B - 1.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from rlcore.config import RunConfig
 from rlcore.records import IN_PLACE_COMMIT, RunLedger
 from rlcore.reward import RewardPool
 from rlcore.runners.common import Progress, PromptStream, preflight, set_threads, train_batch
+from rlcore.sampler import Draws
+from rlcore.schedule import GenerationRecord, TrainerOp
 from rlcore.tasks import Task
 
 # Both roles live in this one process; the names its spans and samples carry.
@@ -44,7 +47,6 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
     # One process holds both roles, so it uses the trainer's device (the paper's sync_train).
     policy = HFPolicy(cfg.model, cfg.train, role="trainer")
     cold_start_s = time.perf_counter() - t_load
-    gen = torch.Generator(device=policy.device).manual_seed(cfg.seed)
     stream = PromptStream(train_tasks, cfg.seed)
     ro, groups = cfg.rollout, cfg.train.update_batch_size // cfg.rollout.group_size
     progress = Progress(cfg)
@@ -54,20 +56,26 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
     ledger.event("run_start", cold_start_s=cold_start_s)
     for version in range(cfg.train.updates):
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
+        slots = [version * len(prompts) + i for i in range(len(prompts))]
         t0 = ledger.now()
         sampler = policy.sampler([policy.encode_prompt(p.task.prompt) for p in prompts],
                                  max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
-                                 generator=gen, version=version)
+                                 draws=Draws(cfg.seed, [(s, 0) for s in slots]),
+                                 version=version)
         while not sampler.done:
             ledger.count_tokens(sampled=sampler.step(ro.chunk_tokens))
         gens = sampler.gens
+        ledger.generation(GenerationRecord(ROLLOUT, [(s, 0, p.group_id) for s, p in
+                                                     zip(slots, prompts, strict=True)],
+                                           version, chunks=sampler.chunks))
         t1 = ledger.now()
         ledger.span("rollout", ROLLOUT, t0, t1, samples=len(gens))
         texts = [policy.decode_response(g.response_ids) for g in gens]
         results = rewards.map(zip(texts, [p.task for p in prompts], strict=True))
         ids = [ledger.arrive(p, g, {"response": text, **result}, current_version=version,
-                             attempt=0, worker=ROLLOUT, t_emit=t1)
-               for p, g, text, result in zip(prompts, gens, texts, results, strict=True)]
+                             slot=s, attempt=0, worker=ROLLOUT, t_emit=t1)
+               for p, g, text, result, s in zip(prompts, gens, texts, results, slots,
+                                                strict=True)]
         rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version)
                 for i in ids]
         t2 = ledger.now()
@@ -80,6 +88,9 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         ledger.span("trainer", TRAINER, t2, t3, samples=len(rows))
         ledger.event("version_change", old_version=version, new_version=version + 1,
                      batch_id=version, trainer=0)
+        ledger.trainer_steps([TrainerOp(0, version, "update", version, batch_id=version)])
+        ledger.commit(batch_id=version, trainer=0, base_version=version, sample_ids=ids,
+                      outcome="applied", version=version + 1, reason="")
         up = ledger.record_update(version + 1, version, ids, {**stats, **IN_PLACE_COMMIT},
                                   t_commit=t3)
         progress(version + 1, up["pass_rate"], ledger.tokens["trained"], t3)

@@ -119,6 +119,8 @@ class Controller:
         t0 = time.monotonic()
         if isinstance(msg, RolloutBatch):
             self.received += 1
+            if msg.generation is not None:
+                self.ledger.generation(msg.generation)
             for e in msg.events:
                 self.on_event(e)
             for m in msg.samples:
@@ -165,7 +167,8 @@ class Controller:
         version = self.version()
         sample_id = self.ledger.arrive(
             group.prompt, gen, {"response": msg.text, **result}, current_version=version,
-            attempt=msg.slot.attempt, worker=msg.worker, t_emit=self.ledger.on_clock(msg.t_emit))
+            slot=msg.slot.slot_id, attempt=msg.slot.attempt, worker=msg.worker,
+            t_emit=self.ledger.on_clock(msg.t_emit))
         v_rollout = rollout_version(gen.versions, version)
         accepted = accept_on_arrival(staleness(version, v_rollout), self.k,
                                      self.filter_on_arrival)
@@ -181,15 +184,18 @@ class Controller:
         self.dispatch.returned()
         self.manager.returned(accepted=False)
         slot = msg.slot
-        self.ledger.interrupted_attempt(worker=msg.worker, group_id=slot.group_id,
-                                        attempt=slot.attempt, tokens=msg.tokens,
+        retry = slot.attempt < self.cfg.staleness.max_retries
+        self.ledger.interrupted_attempt(worker=msg.worker, slot=slot.slot_id,
+                                        group_id=slot.group_id, attempt=slot.attempt,
+                                        tokens=msg.tokens, old_version=msg.old_version,
+                                        new_version=msg.new_version, resubmitted=retry,
                                         t=self.ledger.on_clock(msg.t))
-        if slot.attempt < self.cfg.staleness.max_retries:
+        if retry:
             self.dispatch.retry(slot)
-            self.ledger.event("resubmission", group_id=slot.group_id, attempt=slot.attempt + 1)
             return
         group = self.groups[slot.group_id]
-        self.ledger.drop_interrupted(group.prompt, attempt=slot.attempt, tokens=msg.tokens,
+        self.ledger.drop_interrupted(group.prompt, slot=slot.slot_id, attempt=slot.attempt,
+                                     tokens=msg.tokens,
                                      old_version=msg.old_version, new_version=msg.new_version,
                                      worker=msg.worker, t_emit=self.ledger.on_clock(msg.t))
         self._resolve(group)
@@ -198,6 +204,13 @@ class Controller:
         planned_base, items = self.in_training.pop(msg.batch_id)
         self.outstanding[msg.trainer] -= 1
         self._record_commit(msg, len(items))
+        self.ledger.trainer_steps(msg.ops)
+        outcome = "applied" if msg.applied else \
+            "skipped" if msg.commit_s is not None else "refused"
+        self.ledger.commit(batch_id=msg.batch_id, trainer=msg.trainer,
+                           base_version=msg.base_version,
+                           sample_ids=[i.sample_id for i in items], outcome=outcome,
+                           version=msg.version, reason=msg.reason)
         if not msg.applied:
             self.manager.released(len(items))
             self.ledger.event("update_skipped", batch_id=msg.batch_id, trainer=msg.trainer,

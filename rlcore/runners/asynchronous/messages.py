@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.backend import TrainBatch
+from rlcore.schedule import GenerationRecord, TrainerOp
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class RolloutBatch:
     """
 
     worker: str
+    generation: GenerationRecord | None = None  # how the batch ran, for the schedule
     samples: list[SampleMsg] = field(default_factory=list)
     interrupted: list[InterruptedMsg] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -87,6 +89,7 @@ class CommitRequest:
     stats: dict[str, float] = field(default_factory=dict)
     t_start: float = 0.0  # time.monotonic() when the trainer started the update
     t_sent: float = 0.0  # ... and when it sent this request
+    ops: tuple[TrainerOp, ...] = ()  # the trainer's steps since its last report
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class UpdateDone:
     t_commit: float  # when the commit was decided (or the trainer gave the update up)
     t_start: float  # when the trainer started the update: its busy span is t_start..t_commit
     commit_s: float | None = None  # the service's decision time; None: never proposed
+    ops: tuple[TrainerOp, ...] = ()  # the trainer's steps since its last report
 
 
 @dataclass

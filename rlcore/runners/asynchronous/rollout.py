@@ -10,7 +10,8 @@ Listing 3). On a newer version it reloads the current weights and then, per
   keep_kv               the new weights decode on the KV cache the old ones computed, with
                         no re-prefill (SkyRL, PipelineRL); each token keeps the version of
                         the weights that computed its logits.
-Generations that already ended are complete and are emitted as they are.
+Generations that already ended are complete and are emitted as they are. Each batch's
+message carries its schedule record: rows, versions, swaps and cuts (`rlcore/schedule.py`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from __future__ import annotations
 import queue
 import time
 from collections import deque
-
-import torch
 
 from rlcore.backend import HFPolicy
 from rlcore.runners.asynchronous.interfaces import WorkerContext
@@ -32,7 +31,8 @@ from rlcore.runners.asynchronous.messages import (
     SampleMsg,
     Stopped,
 )
-from rlcore.sampler import ChunkedSampler
+from rlcore.sampler import ChunkedSampler, Draws
+from rlcore.schedule import GenerationRecord
 
 
 class PromptFeed:
@@ -69,7 +69,6 @@ def rollout_main(ctx: WorkerContext) -> None:
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), time.monotonic() - t_load))
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
-    gen = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1000 + ctx.index)
     sampled = reprefilled = kv_kept = abandoned = 0
     feed = PromptFeed(ctx, cfg.train.update_batch_size)
 
@@ -91,14 +90,18 @@ def rollout_main(ctx: WorkerContext) -> None:
             local_version = reload()
         sampler = policy.sampler([policy.encode_prompt(s.prompt) for s in batch],
                                  max_new_tokens=ro.max_new_tokens,
-                                 temperature=ro.temperature, generator=gen,
+                                 temperature=ro.temperature,
+                                 draws=Draws(cfg.seed, [(s.slot_id, s.attempt) for s in batch]),
                                  version=local_version)
+        record = out.generation = GenerationRecord(
+            ctx.name, [(s.slot_id, s.attempt, s.group_id) for s in batch], local_version)
         live = list(range(len(batch)))  # rows still owned by this batch
         while not sampler.done:
             sampled += sampler.step(ro.chunk_tokens)
             if ctx.stop.is_set():
-                abandoned += sum(len(sampler.gens[i].response_ids) for i in live
-                                 if not sampler.gens[i].finished)
+                cut = [i for i in live if not sampler.gens[i].finished]
+                abandoned += sum(len(sampler.gens[i].response_ids) for i in cut)
+                record.cut_rows(sampler.chunks, cut, "stop")
                 live = [i for i in live if sampler.gens[i].finished]
                 break
             global_version = ctx.slots.version()
@@ -109,6 +112,7 @@ def rollout_main(ctx: WorkerContext) -> None:
                 "worker": ctx.name, "old_version": local_version,
                 "new_version": global_version, "policy": cfg.staleness.interrupt}))
             old_version, local_version = local_version, reload()
+            record.swap(sampler.chunks, local_version)
             if cfg.staleness.interrupt == "continue":
                 reprefilled += _unfinished_tokens(sampler, live)
                 sampler.reprefill(local_version)
@@ -117,12 +121,15 @@ def rollout_main(ctx: WorkerContext) -> None:
                 kv_kept += _unfinished_tokens(sampler, live)
                 sampler.keep_cache(local_version)
                 continue
-            for i in [i for i in live if not sampler.gens[i].finished]:
+            cut = [i for i in live if not sampler.gens[i].finished]
+            for i in cut:
                 out.interrupted.append(InterruptedMsg(
                     batch[i], len(sampler.gens[i].response_ids), old_version, local_version,
                     ctx.name, now))
+            record.cut_rows(sampler.chunks, cut, "interrupt")
             live = [i for i in live if sampler.gens[i].finished]
             break
+        record.chunks = sampler.chunks
         t_end = time.monotonic()
         for i in live:
             g = sampler.gens[i]

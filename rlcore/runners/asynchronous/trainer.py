@@ -10,6 +10,11 @@ computing it from its own candidate (which the service will almost always apply)
 the verdict before writing the next candidate. If the verdict was a skip, the update computed
 on the rejected candidate is discarded too and reported as skipped. The controller hears of a
 commit from the parameter service at once, not from the trainer one update later.
+
+For the schedule, the trainer numbers its own steps (a `load` of the published state, an
+`update` of a batch) and sends them with its next message: together with the verdicts they
+say which weights and which optimizer state every update started from, even when a
+candidate was rejected.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from rlcore.runners.asynchronous.messages import (
     TrainRequest,
     UpdateDone,
 )
+from rlcore.schedule import TrainerOp
 
 
 class Trainer:
@@ -40,6 +46,21 @@ class Trainer:
         self.version = ctx.slots.read_into(self.params)  # the version self.params hold
         self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
         self.pending = False  # a commit was sent and its verdict not read yet
+        self.ops: list[TrainerOp] = []  # steps not reported yet
+        self.steps = 0
+
+    def step(self, op: str, version: int, batch_id: int | None = None) -> None:
+        self.ops.append(TrainerOp(self.ctx.index, self.steps, op, version, batch_id))
+        self.steps += 1
+
+    def reload(self) -> None:
+        """Load the published state (dropping this trainer's own candidate, if any)."""
+        self.version = self.ctx.slots.read_into(self.params)
+        self.step("load", self.version)
+
+    def report(self) -> tuple[TrainerOp, ...]:
+        ops, self.ops = tuple(self.ops), []
+        return ops
 
     def run(self) -> None:
         ctx = self.ctx
@@ -57,7 +78,7 @@ class Trainer:
     def train(self, req: TrainRequest) -> None:
         t_start = time.monotonic()
         if not self.pending and self.ctx.slots.version() != self.version:
-            self.version = self.ctx.slots.read_into(self.params)  # another trainer committed
+            self.reload()  # another trainer committed
         oldest = min(min(v) for v in req.batch.versions if v)
         if self.version - oldest > self.cfg.staleness.staleness_k:
             # Only reachable with several trainers, when others committed past the base the
@@ -66,6 +87,7 @@ class Trainer:
             return
         stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
                                    current_version=self.version)
+        self.step("update", self.version, req.batch_id)
         if self.pending and not self.settle():
             # computed on a rejected candidate (or no verdict came): discard it as well
             self.refuse(req, "its base candidate was not committed", stats, t_start)
@@ -76,7 +98,7 @@ class Trainer:
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, finite, stats, t_start,
-                                            time.monotonic()))
+                                            time.monotonic(), self.report()))
         self.pending = True
         self.version += 1  # what self.params will be once the service applies the candidate
 
@@ -89,7 +111,7 @@ class Trainer:
             return None
         self.slot = ack.next_slot
         if not ack.applied:
-            self.version = self.ctx.slots.read_into(self.params)
+            self.reload()
         return ack.applied
 
     def refuse(self, req: TrainRequest, reason: str, stats: dict[str, float],
@@ -97,7 +119,8 @@ class Trainer:
         """Report an update this trainer will not propose to the parameter service."""
         ctx = self.ctx
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
-                                 self.version, reason, stats, time.monotonic(), t_start))
+                                 self.version, reason, stats, time.monotonic(), t_start,
+                                 ops=self.report()))
 
 
 def trainer_main(ctx: WorkerContext) -> None:
