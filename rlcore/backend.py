@@ -45,6 +45,9 @@ from rlcore.sampler import ChunkedSampler, Draws, Generation
 hf_logging.disable_progress_bar()
 
 
+# Prompts whose token ids a policy remembers (a training split's worth; then it stops).
+ENCODED_PROMPTS = 1 << 16
+
 # from_pretrained is not thread-safe (concurrent loads were seen to leave tied embeddings
 # untied and re-initialised); the threaded runner loads its roles' models concurrently.
 _LOAD_LOCK = threading.Lock()
@@ -153,6 +156,7 @@ class HFPolicy:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
         self.model.train(False)  # no dropout: sampling and recompute must agree
         self.chat = model_cfg.prompt_format == "chat"
+        self._encoded: dict[str, list[int]] = {}
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -168,12 +172,20 @@ class HFPolicy:
 
     # --- text ---------------------------------------------------------------------------
     def encode_prompt(self, prompt: str) -> list[int]:
-        if self.chat:
-            return list(self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True,
-                tokenize=True, return_dict=False,
-            ))
-        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        """Token ids of a prompt (chat-templated for `prompt_format: chat`), remembered: a
+        prompt is encoded once per group member and per resubmission otherwise."""
+        ids = self._encoded.get(prompt)
+        if ids is None:
+            if self.chat:
+                ids = list(self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                    tokenize=True, return_dict=False,
+                ))
+            else:
+                ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            if len(self._encoded) < ENCODED_PROMPTS:
+                self._encoded[prompt] = ids
+        return list(ids)
 
     def decode_response(self, response_ids: Sequence[int]) -> str:
         """Response text without its stop token; other special tokens stay visible."""

@@ -206,6 +206,35 @@ def bench(cfg: RunConfig, updates: int, repeats: int, floor_steps: int,
     return out
 
 
+def bench_replay(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
+    """A live run of cfg and its verification replay, `repeats` times, interleaved: the
+    measured wall of each (the clock starts once the workers are loaded, in both) and the
+    whole call (loads and record writing included), with medians and spread."""
+    from rlcore.replay import replay_run
+
+    cfg = dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, updates=updates),
+        runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False))
+    reps = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            live = run_mode(cfg, f"{tmp}/live")
+            t1 = time.perf_counter()
+            replay = replay_run(f"{tmp}/live", f"{tmp}/replay")
+            t2 = time.perf_counter()
+        reps.append({"live_wall_s": live["time"]["wall_s"],
+                     "replay_wall_s": replay["time"]["wall_s"],
+                     "live_call_s": t1 - t0, "replay_call_s": t2 - t1,
+                     "wall_ratio": replay["time"]["wall_s"] / live["time"]["wall_s"],
+                     "call_ratio": (t2 - t1) / (t1 - t0)})
+    spread = {k: {"median": statistics.median(r[k] for r in reps),
+                  "min": min(r[k] for r in reps), "max": max(r[k] for r in reps)}
+              for k in reps[0]}
+    return {"mode": cfg.mode, "staleness_k": cfg.staleness.staleness_k, "updates": updates,
+            "repeats": repeats, "repetitions": reps, "spread": spread}
+
+
 def bench_sandbox(cfg: RunConfig, evaluations: int) -> dict[str, Any]:
     """Sandboxed evaluations per second for a trivial correct solution, through the reward
     pool as a run uses it (cfg.reward.workers at once)."""

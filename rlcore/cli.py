@@ -50,6 +50,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from rlcore.runners.asynchronous import forkserver
+
+    forkserver.context()  # the trainer process's imports overlap this process's own
     from rlcore.replay import replay_run
 
     summary = replay_run(args.run_dir, args.out, args.set, tolerance=args.tolerance,
@@ -95,11 +98,17 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rlcore.bench import bench, bench_sandbox
+    from rlcore.bench import bench, bench_replay, bench_sandbox
 
     cfg = load_config(args.config, args.set)
     if args.sandbox:
         result = bench_sandbox(cfg, args.sandbox)
+    elif args.replay:
+        if cfg.mode == "areal":
+            from rlcore.runners.asynchronous import forkserver
+
+            forkserver.context()
+        result = bench_replay(cfg, args.updates, args.repeats)
     else:
         result = bench(cfg, args.updates, args.repeats, args.floor_steps, args.qwen_weight_sync)
     print(json.dumps(result, indent=2))
@@ -179,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time weight sync for a random Qwen2.5-0.5B-sized model (~2 GB)")
     n.add_argument("--sandbox", type=int, metavar="N", default=0,
                    help="instead: time N sandboxed evaluations of a trivial correct solution")
+    n.add_argument("--replay", action="store_true",
+                   help="instead: a live run of CONFIG against its verification replay, "
+                        "--repeats times, interleaved (`rlcore replay`'s speed)")
     n.add_argument("--out", help="also write the figures to this JSON file")
     n.add_argument("--set", **overrides)
     n.set_defaults(func=_bench)

@@ -3,10 +3,11 @@
 The replay rebuilds the base policy and walks the schedule (`rlcore/schedule.py`): each
 generation batch runs with the same rows, the weights of its recorded versions and the same
 swaps and cuts; each trainer runs its recorded steps (loads and updates of the recorded
-batches) with its own optimizer; every applied update publishes the version it made. Work is
-ordered by what it needs (the versions a batch samples with, the samples a batch trains
-on), so the order the original clocks chose does not matter; a version is kept only while a
-later step still needs it.
+batches) with its own optimizer; every applied update publishes the version it made.
+Generation runs here and training in a process of its own (`rlcore/replay_trainer.py`),
+side by side as the run's rollout and trainer did, each step once what it needs exists (the
+versions a batch samples with, the samples a batch trains on): the order the original
+clocks chose does not matter, and a version is kept only while a later step needs it.
 
 With no changed setting the replay is a *verification*: every sample's tokens,
 log-probability sum, versions and reward, every applied update's loss and the final state's
@@ -18,9 +19,12 @@ ordinary run directory whose summary.json says what it replayed.
 
 from __future__ import annotations
 
+import queue
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from rlcore.backend import HFPolicy, resolve_device, state_digest
 from rlcore.config import ConfigError, RunConfig
 from rlcore.records import IN_PLACE_COMMIT, RunLedger
 from rlcore.replay_inputs import Original, environment_differences, read_original
+from rlcore.replay_trainer import StepDone, TrainStep, trainer_main
 from rlcore.reward import RewardPool
 from rlcore.runners.common import Prompt, PromptStream, preflight, train_batch
 from rlcore.sampler import Draws, Generation
@@ -38,6 +43,7 @@ from rlcore.schedule import (
     Commit,
     Divergence,
     GenerationRecord,
+    ReplayError,
     Schedule,
     ScheduleError,
     TrainerOp,
@@ -55,6 +61,10 @@ class Replayed:
     t_emit: float
 
 
+class _Stopped(Exception):
+    """The other thread failed (or the walk is stuck): leave quietly, the error is kept."""
+
+
 class Replay:
     """The replay of one schedule: policies, published versions, and what has been computed."""
 
@@ -69,8 +79,6 @@ class Replay:
         self.device = device
         t0 = time.perf_counter()
         self.rollout = HFPolicy(cfg.model, cfg.train, role="rollout", device=device)
-        self.trainers = {t: HFPolicy(cfg.model, cfg.train, role="trainer", device=device)
-                         for t in sorted(self.schedule.trainer_ops)}
         self.load_s = time.perf_counter() - t0
         self.versions: dict[int, dict[str, torch.Tensor]] = {0: self.rollout.export_state()}
         self.rollout_version = 0
@@ -81,7 +89,16 @@ class Replay:
         self.tasks = preflight(cfg)
         self._stream = PromptStream(self.tasks, cfg.seed)
         self._prompts: list[Prompt] = []
-        self.tokens = Counter()
+        self.tokens: Counter[str] = Counter()
+        self.spans: list[tuple[str, str, float, float, int]] = []
+        self._interrupts = {(r["slot"], r["attempt"]): r for r in self.schedule.interrupts}
+        self._cond = threading.Condition()
+        self._waiting: dict[str, str] = {}  # thread: what it waits for
+        self._active = 0
+        self._error: BaseException | None = None
+        self._trainer: Any = None  # the trainer process, once started
+        self._outstanding = 0  # steps sent to the trainer process, not yet back
+        self._sent_all = False
 
     # --- inputs ----------------------------------------------------------------------------
     def prompt(self, group_id: int) -> Prompt:
@@ -91,62 +108,196 @@ class Replay:
         return self._prompts[group_id]
 
     def _version_uses(self) -> Counter[int]:
-        """How many steps still need each version (it is freed at zero)."""
+        """How many generations still need each version here (it is freed at zero); the
+        final version is kept for the end."""
         uses: Counter[int] = Counter()
         for g in self.schedule.generations:
             uses.update(g.versions())
-        for ops in self.schedule.trainer_ops.values():
-            uses.update(op.version for op in ops if op.op == "load")
         uses[self.final_version()] += 1
         return uses
+
+    def _load_uses(self) -> dict[int, int]:
+        """How many trainer `load` steps need each version (the trainer process keeps it)."""
+        return dict(Counter(op.version for ops in self.schedule.trainer_ops.values()
+                            for op in ops if op.op == "load"))
 
     def final_version(self) -> int:
         return max([0] + [c.version for c in self.schedule.commits.values()
                           if c.outcome == "applied"])
 
     def _release(self, version: int) -> None:
-        self.uses[version] -= 1
-        if self.uses[version] <= 0:
-            self.versions.pop(version, None)
+        with self._cond:
+            self.uses[version] -= 1
+            if self.uses[version] <= 0:
+                self.versions.pop(version, None)
 
     # --- the walk --------------------------------------------------------------------------
     def run(self) -> None:
-        """Run every generation and trainer step once what it needs is there."""
-        gens = list(self.schedule.generations)
-        next_op = dict.fromkeys(self.schedule.trainer_ops, 0)
-        while gens or any(next_op[t] < len(ops) for t, ops in self.schedule.trainer_ops.items()):
-            progressed = False
-            ready = [g for g in gens if g.versions() <= self.versions.keys()]
-            for g in ready:
-                self.generate(g)
-                gens.remove(g)
-                progressed = True
-            for t, ops in self.schedule.trainer_ops.items():
-                while next_op[t] < len(ops) and self._runnable(ops[next_op[t]]):
-                    self.train_step(ops[next_op[t]])
-                    next_op[t] += 1
-                    progressed = True
-            if not progressed:
-                raise ScheduleError(self._stuck(gens, next_op))
+        """Generation (the records in order) and training (each trainer's steps in order)
+        in two threads, each step once what it needs is there."""
+        threads = [threading.Thread(target=self._walk, args=(name, fn), name=f"replay-{name}")
+                   for name, fn in (("generation", self._generate_all),
+                                    ("training", self._train_all),
+                                    ("results", self._receive_all))]
+        self._active = 2  # the walkers; the results thread only follows the trainer process
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            self.stop_trainer()
+        if self._error is not None:
+            raise self._error
 
-    def _runnable(self, op: TrainerOp) -> bool:
+    def start_trainer(self) -> None:
+        """Start the trainer process and wait until its policies are loaded (cold start)."""
+        from rlcore.runners.asynchronous import forkserver
+
+        ctx = forkserver.context()
+        self._steps, self._results = ctx.Queue(), ctx.Queue()
+        self._trainer = ctx.Process(
+            target=trainer_main, name="replay-trainer", daemon=True,
+            args=(self.cfg, sorted(self.schedule.trainer_ops), str(self.device),
+                  self._load_uses(), self._steps, self._results))
+        self._trainer.start()
+        if self._result(timeout=self.cfg.runtime.start_timeout_s) != "ready":
+            raise ReplayError("the replay's trainer process did not start")
+
+    def _result(self, timeout: float) -> Any:
+        """The trainer process's next message; None after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._results.get(timeout=0.05)
+            except queue.Empty:
+                if not self._trainer.is_alive():
+                    raise ReplayError("the replay's trainer process died (exit code "
+                                      f"{self._trainer.exitcode})") from None
+                if time.monotonic() > deadline:
+                    return None
+                continue
+            if isinstance(msg, str) and msg != "ready":
+                raise ReplayError(f"the replay's trainer process failed:\n{msg}")
+            return msg
+
+    def stop_trainer(self) -> None:
+        """Stop the trainer process (it is idle once every step is back)."""
+        if self._trainer is None:
+            return
+        if self._trainer.is_alive():
+            self._steps.put(None)
+            self._trainer.join(timeout=10)
+        if self._trainer.is_alive():
+            self._trainer.kill()
+
+    def _walk(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except _Stopped:
+            pass
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread by run()
+            with self._cond:
+                self._error = self._error or e
+        finally:
+            with self._cond:
+                if name != "results":
+                    self._active -= 1
+                self._cond.notify_all()
+
+    def _await(self, name: str, ready: Callable[[], bool], what: Callable[[], str]) -> None:
+        """Block until ready(); if every thread left is waiting, the walk is stuck."""
+        with self._cond:
+            while not ready():
+                if self._error is not None:
+                    raise _Stopped
+                self._waiting[name] = what()
+                if len(self._waiting) >= self._active and not self._outstanding:
+                    self._error = ScheduleError(
+                        "the schedule cannot be replayed, nothing left can run: "
+                        + "; ".join(self._waiting.values()))
+                    self._cond.notify_all()
+                    raise _Stopped
+                self._cond.wait()
+            self._waiting.pop(name, None)
+
+    def _progress(self) -> None:
+        """Something new exists: every waiting thread looks again."""
+        with self._cond:
+            self._waiting.clear()
+            self._cond.notify_all()
+
+    def _generate_all(self) -> None:
+        for g in self.schedule.generations:
+            self._await_version(g.version, g)
+            self.generate(g)
+            self._progress()
+
+    def _await_version(self, version: int, g: GenerationRecord) -> None:
+        """Wait for a version a generation needs: its first, or one it swaps to mid-batch
+        (the run's trainer published that one while the batch was running)."""
+        self._await("generation", lambda: version in self.versions,
+                    lambda: f"generation (record {g.seq}) waits for version {version}")
+
+    def _train_all(self) -> None:
+        """Send each trainer's steps, in its order, once what they need is under way."""
+        ops = self.schedule.trainer_ops
+        sent = dict.fromkeys(ops, 0)
+        coming = {0}  # versions published, or to be published by an update already sent
+
+        def sendable() -> bool:
+            return any(sent[t] < len(o) and self._sendable(o[sent[t]], coming)
+                       for t, o in ops.items())
+
+        def waits() -> str:
+            return "; ".join(
+                f"trainer{t}'s step {o[sent[t]].trainer_seq} ({self._needs(o[sent[t]])})"
+                for t, o in ops.items() if sent[t] < len(o))
+
+        try:
+            while any(sent[t] < len(o) for t, o in ops.items()):
+                self._await("training", sendable, waits)
+                for t, o in ops.items():
+                    while sent[t] < len(o) and self._sendable(o[sent[t]], coming):
+                        step = self._step(o[sent[t]])
+                        if step.publish is not None:
+                            coming.add(step.publish)
+                        with self._cond:
+                            self._outstanding += 1
+                        self._steps.put(step)
+                        sent[t] += 1
+        finally:
+            with self._cond:
+                self._sent_all = True
+                self._cond.notify_all()
+
+    def _receive_all(self) -> None:
+        """Take back what the trainer process computed, as soon as it arrives."""
+        while True:
+            with self._cond:
+                if self._error is not None or (self._sent_all and not self._outstanding):
+                    return
+            msg = self._result(timeout=0.05)
+            if msg is None:
+                continue
+            self._took(msg)
+            with self._cond:
+                self._outstanding -= 1
+            self._progress()
+
+    def _sendable(self, op: TrainerOp, coming: set[int]) -> bool:
         if op.op == "load":
-            return op.version in self.versions
+            return op.version in coming
         return all(self._key(i) in self.rows for i in self.schedule.commits[op.batch_id].sample_ids)
+
+    def _needs(self, op: TrainerOp) -> str:
+        if op.op == "load":
+            return f"loads version {op.version}"
+        return f"trains batch {op.batch_id}, waits for its samples"
 
     def _key(self, sample_id: int) -> tuple[int, int]:
         fate = self.schedule.fates[sample_id]
         return fate.slot, fate.attempt
-
-    def _stuck(self, gens: list[GenerationRecord], next_op: dict[int, int]) -> str:
-        waits = [f"generation (record {g.seq}) needs versions "
-                 f"{sorted(g.versions() - self.versions.keys())}" for g in gens[:3]]
-        for t, ops in self.schedule.trainer_ops.items():
-            if next_op[t] < len(ops):
-                op = ops[next_op[t]]
-                what = f"version {op.version}" if op.op == "load" else f"batch {op.batch_id}"
-                waits.append(f"trainer{t}'s step {op.trainer_seq} ({op.op} {what})")
-        return "the schedule cannot be replayed, nothing left can run: " + "; ".join(waits)
 
     def _load_rollout(self, version: int) -> None:
         if self.rollout_version != version:
@@ -186,6 +337,7 @@ class Replay:
                 continue
             if chunk in swaps and not sampler.done:
                 unfinished = sum(len(g.response_ids) for g in sampler.gens if not g.finished)
+                self._await_version(swaps[chunk], rec)
                 self._load_rollout(swaps[chunk])
                 if cfg.staleness.interrupt == "continue":
                     self.tokens["reprefilled"] += unfinished
@@ -200,7 +352,7 @@ class Replay:
             self._diverged(f"generation (record {rec.seq}) ran {sampler.chunks} chunks",
                            f"{rec.chunks} chunks", f"{sampler.chunks} chunks")
         t1 = self.ledger.now()
-        self.ledger.span("rollout", rec.worker, t0, t1, samples=len(kept))
+        self.spans.append(("rollout", rec.worker, t0, t1, len(kept)))
         self.tokens["sampled"] += sum(len(sampler.gens[i].response_ids) for i in kept)
         # Emitted rows the run never scored (code rewards still queued at its end) have no
         # fate: they are generated, for the token count, and not scored.
@@ -222,35 +374,44 @@ class Replay:
             self.rows[rec.rows[i][:2]] = Replayed(g, None, None, rec.worker, t1)
 
     # --- training --------------------------------------------------------------------------
-    def train_step(self, op: TrainerOp) -> None:
-        """A trainer's load of a published version, or its update of a recorded batch."""
-        policy = self.trainers[op.trainer]
+    def _step(self, op: TrainerOp) -> TrainStep:
+        """A trainer step with what it needs: for an update, its batch of replayed samples
+        (rewards and advantages recomputed), and the version it publishes if applied."""
         if op.op == "load":
-            policy.load_state(self.versions[op.version])
-            self._release(op.version)
-            return
+            return TrainStep(op)
         commit = self.schedule.commits[op.batch_id]
         if commit.outcome == "applied" and commit.version != op.version + 1:
             raise ScheduleError(f"batch {commit.batch_id} was trained from version {op.version} "
                                 f"but its commit made version {commit.version}")
-        t0 = self.ledger.now()
         rows = [self.rows[self._key(i)] for i in commit.sample_ids]
         fates = [self.schedule.fates[i] for i in commit.sample_ids]
         batch = train_batch([r.result["reward"] for r in rows], [f.group_id for f in fates],
                             [r.gen for r in rows], self.cfg)
-        stats = policy.update(batch, temperature=self.cfg.rollout.temperature,
-                              current_version=op.version)
-        t1 = self.ledger.now()
-        self.ledger.span("trainer", f"trainer{op.trainer}", t0, t1, samples=len(rows))
+        return TrainStep(op, batch, commit.version if commit.outcome == "applied" else None)
+
+    def _took(self, done: StepDone) -> None:
+        """What the trainer process computed: a span, and for an applied update its checks,
+        its statistics and the version it published."""
+        op = done.op
+        t0, t1 = self.ledger.on_clock(done.t0), self.ledger.on_clock(done.t1)
+        if op.op == "load":
+            return
+        commit = self.schedule.commits[op.batch_id]
+        self.spans.append(("trainer", f"trainer{op.trainer}", t0, t1, len(commit.sample_ids)))
         if commit.outcome != "applied":
             return
+        stats = done.stats
+        assert stats is not None and done.state is not None
         if not (torch.isfinite(torch.tensor(stats["loss"])) and
                 torch.isfinite(torch.tensor(stats["grad_norm"]))):
             raise ScheduleError(f"the update of batch {commit.batch_id} is not finite here, so "
                                 "the parameter service would have skipped it: the schedule "
                                 "cannot be held (choose gentler train settings)")
-        self.versions[commit.version] = policy.export_state()
         self.update_stats[commit.batch_id] = ({**stats, **IN_PLACE_COMMIT}, t1)
+        if self.uses[commit.version] > 0:
+            with self._cond:
+                self.versions[commit.version] = done.state.unpack()
+            self._progress()
         if self.verify:
             recorded = self.original.updates[commit.version]["loss"]
             self._compare(f"update {commit.version} (batch {commit.batch_id}) loss", "loss",
@@ -293,6 +454,8 @@ class Replay:
         """Write the replayed run through the ledger, record by record in the original order,
         so that its files line up with the original's."""
         led, s = self.ledger, self.schedule
+        for role, worker, start, end, samples in sorted(self.spans, key=lambda x: x[3]):
+            led.span(role, worker, start, end, samples=samples)
         waiting: dict[int, set[int]] = {}  # applied batches whose samples are not all settled
         for kind, item in s.order:
             if kind == "generate":
@@ -347,8 +510,7 @@ class Replay:
                    batch_id=fate.batch_id)
 
     def _interrupt(self, fate: Any) -> dict[str, Any]:
-        return next(r for r in self.schedule.interrupts
-                    if (r["slot"], r["attempt"]) == (fate.slot, fate.attempt))
+        return self._interrupts[(fate.slot, fate.attempt)]
 
     def _record_update(self, commit: Commit) -> None:
         stats, t = self.update_stats[commit.batch_id]
@@ -390,10 +552,14 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
     ledger = RunLedger(cfg, out_dir, force=force)
     replay = None
     try:
+        t0 = time.perf_counter()
         replay = Replay(cfg, original, ledger, verify=verify, tolerance=tolerance)
+        replay.start_trainer()
+        cold_start_s = time.perf_counter() - t0
         ledger.start_clock()
-        ledger.event("run_start", cold_start_s=replay.load_s)
+        ledger.event("run_start", cold_start_s=cold_start_s)
         replay.run()
+        wall_s = ledger.now()  # as a live run's: up to the last update, not its recording
         replay.record()
         ledger.count_tokens(sampled=replay.tokens["sampled"],
                             reprefilled=replay.tokens["reprefilled"],
@@ -411,7 +577,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
                 "overrides": original.train_changes(cfg), "tolerance": tolerance,
                 "max_divergence": replay.max_divergence if tolerance is not None else None}
         return ledger.finish(
-            policy, wall_s=ledger.now(), cold_start_s=replay.load_s,
+            policy, wall_s=wall_s, cold_start_s=cold_start_s,
             waits={"trainer_data_s": 0.0, "trainer_ratio_s": 0.0, "rollout_throttle_s": 0.0,
                    "rollout_ratio_s": 0.0},
             placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
@@ -419,4 +585,5 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
     finally:
         if replay is not None:
             replay.rewards.close()
+            replay.stop_trainer()
         ledger.close()
