@@ -1,5 +1,6 @@
 # The experiment pipeline: base model -> one run per grid point (trained, then scored on the
-# held-out split in the same job) -> tables and figures.
+# held-out split in the same job) -> counterfactual replays of selected runs -> tables and
+# figures.
 # Run it with `snakemake --cores 1 --resources gpu=2` (or `--profile workflow/profiles/default`).
 from snakemake.utils import min_version
 
@@ -15,6 +16,7 @@ report: "reports/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/runs.smk"
+include: "workflow/rules/replays.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 

@@ -38,9 +38,14 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, 0.0
-    df = len(values) - 1
-    t = _T975[df - 1] if df <= len(_T975) else 1.96
-    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def t975(df: float) -> float:
+    """The 97.5 % quantile of Student's t with `df` degrees of freedom (a fractional df, as
+    Welch's gives, rounds down: the wider interval); 1.96 past the table."""
+    df = max(1, math.floor(df))
+    return _T975[df - 1] if df <= len(_T975) else 1.96
 
 
 def run_policy(run_dir: Path) -> str:

@@ -50,6 +50,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    if args.exit_with_parent:
+        die_with_parent(args.exit_with_parent)
     from rlcore.runners.asynchronous import forkserver
 
     forkserver.context()  # the trainer process's imports overlap this process's own
@@ -157,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--threads", type=int, default=None,
                    help="threads per role (default: the run's runtime.threads_per_role)")
     y.add_argument("--force", action="store_true", help="replace a complete run in --out")
+    y.add_argument("--exit-with-parent", action="store_const", const=os.getppid(), default=0,
+                   help="die with the process that started this one (as for `rlcore run`)")
     y.add_argument("--eval", action="store_true",
                    help="then score the final policy on the held-out split, as `rlcore run "
                         "--eval` does")

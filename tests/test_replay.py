@@ -217,9 +217,11 @@ class TestTampered:
     def test_a_truncated_file(self, paper_run: Path, tmp_path: Path, capsys):
         run = tampered_copy(paper_run, tmp_path)
         text = (run / SCHEDULE_FILE).read_text()
-        (run / SCHEDULE_FILE).write_text(text[: len(text) // 2])  # cut inside a line
-        assert "is not a JSON record" in replay_fails(run, tmp_path / "out", capsys)
         lines = text.splitlines(keepends=True)
+        half = "".join(lines[: len(lines) // 2])
+        middle = lines[len(lines) // 2]
+        (run / SCHEDULE_FILE).write_text(half + middle[: len(middle) // 2])  # inside a line
+        assert "is not a JSON record" in replay_fails(run, tmp_path / "out", capsys)
         (run / SCHEDULE_FILE).write_text("".join(lines[: len(lines) // 2]))  # at a line end
         assert "ends without its 'end' record" in replay_fails(run, tmp_path / "out", capsys)
 

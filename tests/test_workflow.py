@@ -25,7 +25,7 @@ BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
            "quality_throughput", "quality_vs_k", "staleness", "length_bias", "queue_depth",
-           "worker_activity")
+           "worker_activity", "quality_vs_k_replayed")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -35,7 +35,10 @@ def small_pipeline_config() -> dict:
         "build_base": True,
         "grid": {"seeds": [0], "blocks": [
             {"modes": ["sync"], "policies": ["none"], "ks": [0], "objectives": ["pg"]},
-            {"modes": ["areal"], "policies": ["paper"], "ks": [1], "objectives": ["pg"]}]},
+            {"modes": ["areal"], "policies": ["paper"], "ks": [1], "objectives": ["pg"]}],
+            "replays": {"of": {"modes": ["areal"], "policies": ["paper"], "ks": [1],
+                               "objectives": ["pg"]},
+                        "objectives": ["pg", "decoupled"]}},
         "policies": {"none": {},
                      "paper": {"staleness": {"staleness_control": "filter",
                                              "interrupt": "resubmit"}}},
@@ -123,6 +126,31 @@ def test_full_run_produces_tables_figures_and_report(pipeline: Path):
         assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
         assert "<svg" in (results / "figures" / f"{name}.svg").read_text()[:2000], name
     assert (results / "report.html").stat().st_size > 100_000
+
+
+def test_replays_are_run_directories_compared_in_pairs(pipeline: Path):
+    """The pg replay of the pg run is a verification (the identity: its evaluation is the
+    run's, so its paired difference is exactly 0); the decoupled one is a counterfactual."""
+    results = pipeline / "results"
+    live = json.loads((results / "runs" / RUN_IDS[1] / "eval.json").read_text())
+    for objective, kind in (("pg", "verification"), ("decoupled", "counterfactual")):
+        replay = results / "replays" / RUN_IDS[1] / objective
+        summary = json.loads((replay / "summary.json").read_text())
+        assert summary["reproducibility"]["replay"]["kind"] == kind
+        assert summary["objective"] == objective and (replay / "eval.json").is_file()
+    table = {r["objective"]: r for r in read_csv(results / "tables" / "replays.csv")}
+    assert set(table) == {"pg", "decoupled"}
+    assert float(table["pg"]["paired_diff/mean"]) == 0.0
+    assert float(table["pg"]["replay/mean"]) == live["sampled_pass_rate"]
+    assert table["decoupled"]["pairs"] == "1"
+    md = (results / "tables" / "replays.md").read_text()
+    assert "paired diff (same schedules)" in md and "unpaired diff" in md
+
+
+def test_a_live_runs_change_makes_its_replays_stale(pipeline: Path):
+    jobs = plan_after_edit(pipeline, lambda d: d["policies"]["paper"]["staleness"].update(
+        interrupt="continue"))
+    assert jobs.get("run") == 1 and jobs.get("replay") == 2 and jobs.get("replay_table") == 1
 
 
 def test_tables_agree_with_the_run_directories(pipeline: Path):
@@ -287,7 +315,7 @@ def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path
     assert set(jobs) - {"all"} == {"figures", "trace_figures"}
     append_comment(source_copy / "rlcore" / "analysis.py")
     jobs = plan_with_sources(pipeline, source_copy)
-    assert set(jobs) - {"all"} == {"tables", "figures", "trace_figures"}
+    assert set(jobs) - {"all"} == {"tables", "figures", "trace_figures", "replay_table"}
     # the asynchronous runner's controller, wherever under rlcore/runners/ it lives
     append_comment(next((source_copy / "rlcore" / "runners").rglob("controller.py")))
     jobs = plan_with_sources(pipeline, source_copy)
@@ -297,14 +325,17 @@ def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path
 @pytest.mark.parametrize("module", ["evaluation.py", "cli.py"])
 def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_copy: Path,
                                                           module: str):
-    """eval.json is written by `rlcore run --eval` in the run job: an edit of the evaluation
-    (or of the command that calls it) makes every run, and so its eval.json, stale."""
+    """eval.json is written by `rlcore run --eval` in the run job (and `rlcore replay --eval`
+    in a replay job): an edit of the evaluation (or of the command that calls it) makes every
+    run and replay, and so its eval.json, stale."""
     assert params_changed(pipeline, source_copy) == set()
     append_comment(source_copy / "rlcore" / module)
-    # exactly the run jobs' outputs: both runs' eval.json (and summary.json, the same job)
+    # exactly the run and replay jobs' outputs: eval.json and summary.json (the same job)
     assert params_changed(pipeline, source_copy) == {
-        f"results/runs/{run_id}/{name}"
-        for run_id in RUN_IDS for name in ("summary.json", "eval.json")}
+        f"results/{kind}/{run_id}/{name}"
+        for kind, run_id in [*(("runs", r) for r in RUN_IDS),
+                             *(("replays", f"{RUN_IDS[1]}/{o}") for o in ("pg", "decoupled"))]
+        for name in ("summary.json", "eval.json")}
     jobs = plan_with_sources(pipeline, source_copy)
     assert jobs.get("run") == 2 and jobs.get("tables") == 1 and "base_model" not in jobs
 

@@ -28,6 +28,7 @@ ANALYSIS_SOURCES = (
     "rlcore/trace_figures.py",
     "rlcore/staleness_figures.py",
     "rlcore/length_bias.py",
+    "rlcore/paired.py",
     "rlcore/bench.py",
 )
 RUNTIME_SOURCES = sorted(
@@ -77,7 +78,26 @@ def grid_modes():
     return list(dict.fromkeys(p["mode"] for p in grid_points()))
 
 
+def replay_points():
+    """Every replay: a live grid point selected by grid.replays.of, with the objective it is
+    replayed under (`replayed`)."""
+    replays = config["grid"].get("replays")
+    if not replays:
+        return []
+    of = replays["of"]
+    return [
+        {**p, "replayed": objective}
+        for p in grid_points()
+        if p["mode"] in of["modes"]
+        and p["policy"] in of["policies"]
+        and p["k"] in of["ks"]
+        and p["objective"] in of["objectives"]
+        for objective in replays["objectives"]
+    ]
+
+
 RUN_ID = "{mode}/{policy}/k{k}/{objective}/seed{seed}"
+REPLAY_ID = "{mode}/{policy}/k{k}/{objective}/seed{seed}/{replayed}"
 
 
 wildcard_constraints:
@@ -85,6 +105,7 @@ wildcard_constraints:
     policy="[a-z][a-z0-9_]*",
     k=r"\d+",
     objective="pg|behav_clip|decoupled|a3po",
+    replayed="pg|behav_clip|decoupled|a3po",
     seed=r"\d+",
 
 
@@ -131,6 +152,23 @@ def base_input(wildcards):
 def all_runs(filename):
     """One path per grid point, e.g. results/runs/areal/paper/k2/pg/seed0/summary.json."""
     return [f"{R}/runs/{RUN_ID.format(**p)}/{filename}" for p in grid_points()]
+
+
+def all_replays(filename):
+    """One path per replay, e.g. results/replays/areal/paper/k2/pg/seed0/a3po/eval.json."""
+    return [f"{R}/replays/{REPLAY_ID.format(**p)}/{filename}" for p in replay_points()]
+
+
+def replayed_runs(filename):
+    """The live runs the replays replay (and the live runs of the objectives they are
+    replayed under, for the unpaired comparison): every grid point at a replayed
+    (mode, policy, K)."""
+    arms = {(p["mode"], p["policy"], p["k"]) for p in replay_points()}
+    return [
+        f"{R}/runs/{RUN_ID.format(**p)}/{filename}"
+        for p in grid_points()
+        if (p["mode"], p["policy"], p["k"]) in arms
+    ]
 
 
 def trace_point(mode):
@@ -186,6 +224,12 @@ def check_grid():
         raise ValueError(
             f"figures.k_axis = {axis}: the grid has no {axis['mode']} run under policy "
             f"'{axis['policy']}'; name a (mode, policy) of one of grid.blocks"
+        )
+    replays = grid.get("replays")
+    if replays and not replay_points():
+        raise ValueError(
+            f"grid.replays.of = {replays['of']} selects no run of the grid: name modes, "
+            "policies, ks and objectives that grid.blocks runs"
         )
     start, end = figures["window_s"]
     if not start < end:
@@ -245,9 +289,23 @@ def figure(name, subcategory):
     )
 
 
+def replay_outputs():
+    """The replays' evaluations, their table and figure (none without grid.replays)."""
+    if not replay_points():
+        return []
+    return [
+        *all_replays("eval.json"),
+        f"{R}/tables/replays.csv",
+        f"{R}/tables/replays.md",
+        f"{R}/figures/quality_vs_k_replayed.png",
+        f"{R}/figures/quality_vs_k_replayed.svg",
+    ]
+
+
 def all_outputs():
     return [
         *all_runs("eval.json"),
+        *replay_outputs(),
         f"{R}/tables/table1.csv",
         f"{R}/tables/table1.md",
         f"{R}/tables/k_sweep.csv",

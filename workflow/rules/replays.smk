@@ -1,0 +1,57 @@
+# Counterfactual replays (docs/replay.md): each live run of grid.replays.of, replayed on its
+# own schedule under each objective of grid.replays.objectives, then compared in pairs.
+
+
+rule replay:
+    # A live run's change (its summary.json) makes its replays stale. Under the run's own
+    # objective the replay is a verification: it fails unless it reproduces the run bit
+    # for bit.
+    input:
+        run=f"{R}/runs/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
+    output:
+        summary=f"{R}/replays/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/{{replayed}}/summary.json",
+        eval=f"{R}/replays/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/{{replayed}}/eval.json",
+    log:
+        f"{R}/logs/replays/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}-{{replayed}}.log",
+    conda:
+        "../envs/rlcore.yaml"
+    resources:
+        gpu=2,
+    params:
+        run_dir=lambda wildcards, input: os.path.dirname(input.run),
+        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        code=sources_hash(RUNTIME_SOURCES),
+    shell:
+        "exec rlcore replay {params.run_dir} --out {params.out_dir} "
+        "--set train.objective={wildcards.replayed} --force --eval --exit-with-parent "
+        "> {log} 2>&1"
+
+
+rule replay_table:
+    input:
+        live=replayed_runs("eval.json"),
+        replays=all_replays("eval.json"),
+    output:
+        csv=f"{R}/tables/replays.csv",
+        md=report(
+            f"{R}/tables/replays.md",
+            caption="../../reports/replays_table.rst",
+            category="Tables",
+        ),
+        figure=figure("quality_vs_k_replayed", "Staleness"),
+        figure_svg=f"{R}/figures/quality_vs_k_replayed.svg",
+    log:
+        f"{R}/logs/replay_table.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        code=sources_hash(
+            [
+                "rlcore/paired.py",
+                "rlcore/analysis.py",
+                "rlcore/staleness_figures.py",
+                "workflow/scripts/replays.py",
+            ]
+        ),
+    script:
+        "../scripts/replays.py"
