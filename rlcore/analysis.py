@@ -9,10 +9,13 @@ two-sided 95% Student-t confidence interval over seeds (0 with a single seed).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +232,27 @@ def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
         cells.append(f"{row['contended']} of {row['seeds']}" if row["contended"] else "no")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
+    """A table as CSV; its columns are every key of any row, in first-seen order (rows of
+    quality_vs_k differ: an objective run at fewer K has fewer columns), blank where absent."""
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def logged(log_path: str, fn: Callable[..., None], *args: Any) -> None:
+    """Run a workflow script's `fn` with stderr sent to its rule's log, where a traceback
+    lands too (printed before the log is closed, then raised so that the rule fails)."""
+    with open(log_path, "w") as log:
+        sys.stderr = log
+        try:
+            fn(*args)
+        except Exception:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stderr = sys.__stderr__

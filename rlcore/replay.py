@@ -35,7 +35,7 @@ from rlcore.backend import HFPolicy, resolve_device, state_digest
 from rlcore.config import ConfigError, RunConfig
 from rlcore.records import IN_PLACE_COMMIT, RunLedger
 from rlcore.replay_inputs import Original, environment_differences, read_original
-from rlcore.replay_trainer import StepDone, TrainStep, trainer_main
+from rlcore.replay_trainer import StepDone, Stopped, TrainStep, trainer_main
 from rlcore.reward import RewardPool
 from rlcore.runners.common import Prompt, PromptStream, preflight, train_batch
 from rlcore.sampler import Draws, Generation
@@ -187,6 +187,10 @@ class Replay:
             return
         if self._trainer.is_alive():
             self._steps.put(None)
+            if self._error is None:  # its CPU time, for the load record (`rlcore/load.py`)
+                msg = self._result(timeout=10)
+                if isinstance(msg, Stopped):
+                    self.ledger.worker_cpu(msg.cpu_s)
             self._trainer.join(timeout=10)
         if self._trainer.is_alive():
             self._trainer.kill()

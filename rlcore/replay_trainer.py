@@ -49,6 +49,13 @@ class StepDone:
 
 
 @dataclass
+class Stopped:
+    """The trainer process has left its loop: the CPU time it used since it was ready."""
+
+    cpu_s: float
+
+
+@dataclass
 class Packed:
     """A state dict as one flat tensor, so that it crosses processes as one shared block."""
 
@@ -79,6 +86,7 @@ def trainer_main(cfg: RunConfig, trainers: list[int], device: str, load_uses: di
         versions = {0: next(iter(policies.values())).export_state()}
         uses = dict(load_uses)
         results.put("ready")
+        cpu0 = time.process_time()
         while (step := steps.get()) is not None:
             op, policy = step.op, policies[step.op.trainer]
             t0 = time.monotonic()
@@ -98,5 +106,6 @@ def trainer_main(cfg: RunConfig, trainers: list[int], device: str, load_uses: di
                     versions[step.publish] = exported
                 state = Packed.of(exported)
             results.put(StepDone(op, stats, state, t0, time.monotonic()))
+        results.put(Stopped(time.process_time() - cpu0))
     except BaseException:  # noqa: BLE001 - the main process reports it
         results.put(traceback.format_exc())

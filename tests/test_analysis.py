@@ -208,3 +208,18 @@ def test_quality_vs_k_takes_one_policy_and_shares_the_sync_reference(tmp_path: P
     text = quality_vs_k_markdown([a3po])
     assert "| a3po | 0.700 ± 0.000 | 0.300 ± 0.000 |" in text
     assert "Sync ran pg only" in text
+
+
+def test_a_csv_of_rows_with_different_columns_keeps_every_column(tmp_path):
+    """quality_vs_k rows differ when an objective ran at fewer K (the default grid runs pg
+    at K = 1 and 8 only): the CSV has every column, blank where a row has none."""
+    import csv
+
+    from rlcore.analysis import write_csv
+
+    write_csv(tmp_path / "t.csv", [{"objective": "a3po", "K=2/mean": 0.6},
+                                  {"objective": "pg", "K=1/mean": 0.7, "K=2/mean": 0.5}])
+    with open(tmp_path / "t.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["objective", "K=2/mean", "K=1/mean"]
+    assert rows[0]["K=1/mean"] == "" and rows[1]["K=1/mean"] == "0.7"

@@ -1,12 +1,11 @@
 """The paper's figures from the runs (rlcore.figures, rlcore.trace_figures); one script for
 both figure rules."""
 
-import sys
 from pathlib import Path
 
 from rlcore import figures, staleness_figures
 from rlcore import trace_figures as traces_of
-from rlcore.analysis import run_row
+from rlcore.analysis import logged, run_row
 from rlcore.length_bias import draw_length_bias, runs_by_k
 
 
@@ -36,6 +35,5 @@ def trace_figures(smk):
                                    out.worker_activity_svg)
 
 
-with open(snakemake.log[0], "w") as log:  # noqa: F821 - injected by Snakemake
-    sys.stderr = log
-    {"figures": grid_figures, "trace_figures": trace_figures}[snakemake.rule](snakemake)  # noqa: F821
+RULES = {"figures": grid_figures, "trace_figures": trace_figures}
+logged(snakemake.log[0], RULES[snakemake.rule], snakemake)  # noqa: F821 - injected by Snakemake

@@ -1,26 +1,19 @@
 """Table 1 and the K sweep from the runs' summaries and evaluations (rlcore.analysis)."""
 
-import csv
-import sys
 from pathlib import Path
 
 from rlcore.analysis import (
     K_SWEEP,
     TABLE1,
     k_sweep,
+    logged,
     quality_vs_k,
     quality_vs_k_markdown,
     run_row,
     table1,
     to_markdown,
+    write_csv,
 )
-
-
-def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def main(smk):
@@ -36,6 +29,4 @@ def main(smk):
     Path(smk.output.quality_vs_k_md).write_text(quality_vs_k_markdown(by_k))
 
 
-with open(snakemake.log[0], "w") as log:  # noqa: F821 - injected by Snakemake
-    sys.stderr = log
-    main(snakemake)  # noqa: F821
+logged(snakemake.log[0], main, snakemake)  # noqa: F821 - injected by Snakemake
