@@ -73,8 +73,12 @@ def paired_table(live: Iterable[dict[str, Any]], replays: Iterable[dict[str, Any
                     if (m, p, kk, o) == (mode, policy, k, obj)]
 
         own, other = arm(objective), arm(base)
-        row["unpaired_diff/mean"], row["unpaired_diff/ci95"] = welch_ci95(own, other)
-        row["unpaired_runs"] = f"{len(own)}+{len(other)}"
+        if objective == base:  # the same live runs on both sides: nothing to compare
+            row["unpaired_diff/mean"], row["unpaired_diff/ci95"] = math.nan, math.nan
+            row["unpaired_runs"] = "same runs"
+        else:
+            row["unpaired_diff/mean"], row["unpaired_diff/ci95"] = welch_ci95(own, other)
+            row["unpaired_runs"] = f"{len(own)}+{len(other)}"
         out.append(row)
     return out
 
@@ -84,6 +88,12 @@ def _cell(mean: float, ci: float, signed: bool = False) -> str:
         return "—"
     sign = "+" if signed else ""
     return f"{mean:{sign}.3f}" + ("" if math.isnan(ci) else f" ± {ci:.3f}")
+
+
+def unpaired(row: dict[str, Any]) -> str:
+    if row["unpaired_runs"] == "same runs":
+        return "(the same runs)"
+    return _cell(row["unpaired_diff/mean"], row["unpaired_diff/ci95"], True)
 
 
 def paired_markdown(table: Sequence[dict[str, Any]]) -> str:
@@ -97,6 +107,6 @@ def paired_markdown(table: Sequence[dict[str, Any]]) -> str:
             f"| {r['mode']} | {r['policy']} | {r['staleness_k']} | {r['live_objective']} | "
             f"{r['objective']} | {_cell(r['replay/mean'], r['replay/ci95'])} | "
             f"{_cell(r['paired_diff/mean'], r['paired_diff/ci95'], True)} | "
-            f"{_cell(r['unpaired_diff/mean'], r['unpaired_diff/ci95'], True)} | "
+            f"{unpaired(r)} | "
             f"{r['pairs']} | {r['unpaired_runs']} |")
     return "\n".join(lines) + "\n"

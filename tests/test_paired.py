@@ -53,8 +53,11 @@ def test_paired_table_by_hand():
     assert d["paired_diff/ci95"] < d["unpaired_diff/ci95"]
     # the identity: pg replayed on pg's own schedules differs by exactly 0
     assert by["pg"]["paired_diff/mean"] == 0.0 and by["pg"]["paired_diff/ci95"] == 0.0
+    # ... and its unpaired cell would compare the live pg runs with themselves: left empty
+    assert math.isnan(by["pg"]["unpaired_diff/mean"]) and by["pg"]["unpaired_runs"] == "same runs"
     md = paired_markdown(table)
     assert "| areal | paper | 2 | pg | decoupled | 0.700 ± " in md and "+0.083 ± 0.072" in md
+    assert "| (the same runs) |" in md
 
 
 def test_without_live_runs_of_the_objective_the_unpaired_cell_is_empty():
