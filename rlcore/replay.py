@@ -19,7 +19,6 @@ ordinary run directory whose summary.json says what it replayed.
 
 from __future__ import annotations
 
-import queue
 import sys
 import threading
 import time
@@ -34,16 +33,16 @@ import torch
 from rlcore.backend import HFPolicy, resolve_device, state_digest
 from rlcore.config import ConfigError, RunConfig
 from rlcore.records import IN_PLACE_COMMIT, RunLedger
+from rlcore.replay_checks import Verifier
 from rlcore.replay_inputs import Original, environment_differences, read_original
-from rlcore.replay_trainer import StepDone, Stopped, TrainStep, trainer_main
+from rlcore.replay_record import record_replay
+from rlcore.replay_trainer import StepDone, TrainerProcess, TrainStep
 from rlcore.reward import RewardPool
 from rlcore.runners.common import Prompt, PromptStream, preflight, train_batch
 from rlcore.sampler import Draws, Generation
 from rlcore.schedule import (
-    Commit,
     Divergence,
     GenerationRecord,
-    ReplayError,
     Schedule,
     ScheduleError,
     TrainerOp,
@@ -72,9 +71,7 @@ class Replay:
                  verify: bool, tolerance: float | None):
         self.cfg, self.original, self.ledger = cfg, original, ledger
         self.schedule: Schedule = original.schedule
-        self.verify, self.tolerance = verify, tolerance
-        self.max_divergence: dict[str, float] = {"logprob_sum": 0.0, "loss": 0.0,
-                                                 "token_mismatches": 0.0}
+        self.verifier = Verifier(original, tolerance) if verify else None
         device = resolve_device(cfg.model.trainer_device, "trainer")
         self.device = device
         t0 = time.perf_counter()
@@ -91,12 +88,11 @@ class Replay:
         self._prompts: list[Prompt] = []
         self.tokens: Counter[str] = Counter()
         self.spans: list[tuple[str, str, float, float, int]] = []
-        self._interrupts = {(r["slot"], r["attempt"]): r for r in self.schedule.interrupts}
         self._cond = threading.Condition()
         self._waiting: dict[str, str] = {}  # thread: what it waits for
         self._active = 0
         self._error: BaseException | None = None
-        self._trainer: Any = None  # the trainer process, once started
+        self.trainer = TrainerProcess(cfg, self.schedule, device, self._load_uses())
         self._outstanding = 0  # steps sent to the trainer process, not yet back
         self._sent_all = False
 
@@ -146,54 +142,9 @@ class Replay:
             for t in threads:
                 t.join()
         finally:
-            self.stop_trainer()
+            self.ledger.worker_cpu(self.trainer.stop(wait=self._error is None))
         if self._error is not None:
             raise self._error
-
-    def start_trainer(self) -> None:
-        """Start the trainer process and wait until its policies are loaded (cold start)."""
-        from rlcore.runners.asynchronous import forkserver
-
-        ctx = forkserver.context()
-        self._steps, self._results = ctx.Queue(), ctx.Queue()
-        self._trainer = ctx.Process(
-            target=trainer_main, name="replay-trainer", daemon=True,
-            args=(self.cfg, sorted(self.schedule.trainer_ops), str(self.device),
-                  self._load_uses(), self._steps, self._results))
-        self._trainer.start()
-        if self._result(timeout=self.cfg.runtime.start_timeout_s) != "ready":
-            raise ReplayError("the replay's trainer process did not start")
-
-    def _result(self, timeout: float) -> Any:
-        """The trainer process's next message; None after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self._results.get(timeout=0.05)
-            except queue.Empty:
-                if not self._trainer.is_alive():
-                    raise ReplayError("the replay's trainer process died (exit code "
-                                      f"{self._trainer.exitcode})") from None
-                if time.monotonic() > deadline:
-                    return None
-                continue
-            if isinstance(msg, str) and msg != "ready":
-                raise ReplayError(f"the replay's trainer process failed:\n{msg}")
-            return msg
-
-    def stop_trainer(self) -> None:
-        """Stop the trainer process (it is idle once every step is back)."""
-        if self._trainer is None:
-            return
-        if self._trainer.is_alive():
-            self._steps.put(None)
-            if self._error is None:  # its CPU time, for the load record (`rlcore/load.py`)
-                msg = self._result(timeout=10)
-                if isinstance(msg, Stopped):
-                    self.ledger.worker_cpu(msg.cpu_s)
-            self._trainer.join(timeout=10)
-        if self._trainer.is_alive():
-            self._trainer.kill()
 
     def _walk(self, name: str, fn: Callable[[], None]) -> None:
         try:
@@ -268,7 +219,7 @@ class Replay:
                             coming.add(step.publish)
                         with self._cond:
                             self._outstanding += 1
-                        self._steps.put(step)
+                        self.trainer.send(step)
                         sent[t] += 1
         finally:
             with self._cond:
@@ -281,7 +232,7 @@ class Replay:
             with self._cond:
                 if self._error is not None or (self._sent_all and not self._outstanding):
                     return
-            msg = self._result(timeout=0.05)
+            msg = self.trainer.result(timeout=0.05)
             if msg is None:
                 continue
             self._took(msg)
@@ -352,9 +303,8 @@ class Replay:
         for _, v in rec.swaps:
             self._release(v)
         self._release(rec.version)
-        if self.verify and sampler.chunks != rec.chunks:
-            self._diverged(f"generation (record {rec.seq}) ran {sampler.chunks} chunks",
-                           f"{rec.chunks} chunks", f"{sampler.chunks} chunks")
+        if self.verifier is not None:
+            self.verifier.chunks(rec, sampler.chunks)
         t1 = self.ledger.now()
         self.spans.append(("rollout", rec.worker, t0, t1, len(kept)))
         self.tokens["sampled"] += sum(len(sampler.gens[i].response_ids) for i in kept)
@@ -367,8 +317,8 @@ class Replay:
         for i, text, result in zip(scored, texts, results, strict=True):
             g = sampler.gens[i]
             self.rows[rec.rows[i][:2]] = Replayed(g, text, result, rec.worker, t1)
-            if self.verify:
-                self._check_sample(rec.rows[i][:2], g, result)
+            if self.verifier is not None:
+                self.verifier.sample(rec.rows[i][:2], g, result)
         for i, n in cut_len.items():
             g = sampler.gens[i]
             del g.response_ids[n:], g.logprobs[n:], g.versions[n:]
@@ -416,113 +366,8 @@ class Replay:
             with self._cond:
                 self.versions[commit.version] = done.state.unpack()
             self._progress()
-        if self.verify:
-            recorded = self.original.updates[commit.version]["loss"]
-            self._compare(f"update {commit.version} (batch {commit.batch_id}) loss", "loss",
-                          recorded, stats["loss"])
-
-    # --- verification ----------------------------------------------------------------------
-    def _diverged(self, event: str, recorded: Any, replayed: Any) -> None:
-        raise Divergence(f"replay diverged at {event}: recorded {recorded}, replayed {replayed}")
-
-    def _compare(self, event: str, quantity: str, recorded: float, replayed: float) -> None:
-        if recorded == replayed:
-            return
-        if self.tolerance is None:
-            self._diverged(event, repr(recorded), repr(replayed))
-        self.max_divergence[quantity] = max(self.max_divergence[quantity],
-                                            abs(recorded - replayed))
-
-    def _check_sample(self, key: tuple[int, int], g: Generation, result: dict[str, Any]) -> None:
-        fate = self.schedule.sample(*key)
-        assert fate is not None
-        row = self.original.samples[fate.sample_id]
-        event = f"sample {fate.sample_id} (slot {key[0]}, attempt {key[1]})"
-        if row["response_ids"] != g.response_ids:
-            if self.tolerance is None:
-                self._diverged(f"{event} tokens", row["response_ids"], g.response_ids)
-            self.max_divergence["token_mismatches"] += 1
-            return
-        versions = (min(g.versions), max(g.versions)) if g.versions else None
-        if g.versions and versions != (row["policy_version"], row["policy_version_max"]):
-            self._diverged(f"{event} policy versions", (row["policy_version"],
-                                                        row["policy_version_max"]), versions)
-        self._compare(f"{event} logprob_sum", "logprob_sum", row["logprob_sum"],
-                      sum(g.logprobs))
-        if (row["reward"], row["pass"]) != (result["reward"], result["pass"]):
-            self._diverged(f"{event} reward (a code test at its time limit?)",
-                           (row["reward"], row["pass"]), (result["reward"], result["pass"]))
-
-    # --- the record ------------------------------------------------------------------------
-    def record(self) -> None:
-        """Write the replayed run through the ledger, record by record in the original order,
-        so that its files line up with the original's."""
-        led, s = self.ledger, self.schedule
-        for role, worker, start, end, samples in sorted(self.spans, key=lambda x: x[3]):
-            led.span(role, worker, start, end, samples=samples)
-        waiting: dict[int, set[int]] = {}  # applied batches whose samples are not all settled
-        for kind, item in s.order:
-            if kind == "generate":
-                led.generation(item)
-            elif kind == "interrupt":
-                row = self.rows[(item["slot"], item["attempt"])]
-                led.interrupted_attempt(
-                    worker=row.worker, slot=item["slot"], group_id=item["group_id"],
-                    attempt=item["attempt"], tokens=len(row.gen.response_ids),
-                    old_version=item["old_version"], new_version=item["new_version"],
-                    resubmitted=item["resubmitted"], t=row.t_emit)
-            elif kind == "sample":
-                self._record_sample(item)
-                for batch_id, ids in list(waiting.items()):
-                    ids.discard(item.sample_id)
-                    if not ids:
-                        del waiting[batch_id]
-                        self._record_update(s.commits[batch_id])
-            elif kind == "trainer_op":
-                led.trainer_steps([item])
-            elif kind == "commit":
-                led.commit(batch_id=item.batch_id, trainer=item.trainer,
-                           base_version=item.base_version, sample_ids=item.sample_ids,
-                           outcome=item.outcome, version=item.version, reason=item.reason)
-                if item.outcome == "applied":  # recorded once its samples are settled
-                    waiting[item.batch_id] = set(item.sample_ids) - led.settled_ids()
-                    if not waiting[item.batch_id]:
-                        del waiting[item.batch_id]
-                        self._record_update(item)
-                else:
-                    led.event("update_skipped", batch_id=item.batch_id, trainer=item.trainer,
-                              reason=item.reason)
-        if waiting:
-            raise ScheduleError(f"batches {sorted(waiting)} were applied but their samples "
-                                "were never settled")
-
-    def _record_sample(self, fate: Any) -> None:
-        led = self.ledger
-        prompt = self.prompt(fate.group_id)
-        row = self.rows[(fate.slot, fate.attempt)]
-        if fate.status == "dropped_interrupted":
-            led.drop_interrupted(prompt, slot=fate.slot, attempt=fate.attempt,
-                                 tokens=len(row.gen.response_ids),
-                                 old_version=self._interrupt(fate)["old_version"],
-                                 new_version=fate.version, worker=row.worker, t_emit=row.t_emit,
-                                 sample_id=fate.sample_id)
-            return
-        led.arrive(prompt, row.gen, {"response": row.text, **row.result},
-                   current_version=fate.arrival_version, slot=fate.slot, attempt=fate.attempt,
-                   worker=row.worker, t_emit=row.t_emit, sample_id=fate.sample_id)
-        led.settle(fate.sample_id, fate.status, current_version=fate.version,
-                   batch_id=fate.batch_id)
-
-    def _interrupt(self, fate: Any) -> dict[str, Any]:
-        return self._interrupts[(fate.slot, fate.attempt)]
-
-    def _record_update(self, commit: Commit) -> None:
-        stats, t = self.update_stats[commit.batch_id]
-        self.ledger.event("version_change", t=t, old_version=commit.version - 1,
-                          new_version=commit.version, batch_id=commit.batch_id,
-                          trainer=commit.trainer)
-        self.ledger.record_update(commit.version, commit.batch_id, commit.sample_ids, stats,
-                                  t_commit=t)
+        if self.verifier is not None:
+            self.verifier.loss(commit, stats["loss"])
 
     def final_policy(self) -> HFPolicy:
         """The rollout policy holding the last published version (what the run ended with)."""
@@ -558,13 +403,13 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
     try:
         t0 = time.perf_counter()
         replay = Replay(cfg, original, ledger, verify=verify, tolerance=tolerance)
-        replay.start_trainer()
+        replay.trainer.start()
         cold_start_s = time.perf_counter() - t0
         ledger.start_clock()
         ledger.event("run_start", cold_start_s=cold_start_s)
         replay.run()
         wall_s = ledger.now()  # as a live run's: up to the last update, not its recording
-        replay.record()
+        record_replay(replay)
         ledger.count_tokens(sampled=replay.tokens["sampled"],
                             reprefilled=replay.tokens["reprefilled"],
                             kv_kept=replay.tokens["kv_kept"],
@@ -579,7 +424,8 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
                 "state_digest": original.state_digest,
                 "kind": "verification" if verify else "counterfactual",
                 "overrides": original.train_changes(cfg), "tolerance": tolerance,
-                "max_divergence": replay.max_divergence if tolerance is not None else None}
+                "max_divergence": replay.verifier.max_divergence
+                if replay.verifier is not None and tolerance is not None else None}
         return ledger.finish(
             policy, wall_s=wall_s, cold_start_s=cold_start_s,
             waits={"trainer_data_s": 0.0, "trainer_ratio_s": 0.0, "rollout_throttle_s": 0.0,
@@ -589,5 +435,5 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
     finally:
         if replay is not None:
             replay.rewards.close()
-            replay.stop_trainer()
+            replay.trainer.stop(wait=False)
         ledger.close()

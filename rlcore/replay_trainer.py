@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import torch
 from rlcore.backend import HFPolicy, TrainBatch
 from rlcore.config import RunConfig
 from rlcore.runners.asynchronous.health import die_with_parent
-from rlcore.schedule import TrainerOp
+from rlcore.schedule import ReplayError, Schedule, TrainerOp
 
 
 @dataclass
@@ -109,3 +110,63 @@ def trainer_main(cfg: RunConfig, trainers: list[int], device: str, load_uses: di
         results.put(Stopped(time.process_time() - cpu0))
     except BaseException:  # noqa: BLE001 - the main process reports it
         results.put(traceback.format_exc())
+
+
+class TrainerProcess:
+    """The replay's handle on the trainer process: start, send steps, read results, stop."""
+
+    def __init__(self, cfg: RunConfig, schedule: Schedule, device: torch.device,
+                 load_uses: dict[int, int]):
+        self.cfg, self.device, self.load_uses = cfg, str(device), load_uses
+        self.trainers = sorted(schedule.trainer_ops)
+        self._trainer: Any = None  # the process, once started
+
+    def start(self) -> None:
+        """Start the process and wait until its policies are loaded (the cold start)."""
+        from rlcore.runners.asynchronous import forkserver
+
+        ctx = forkserver.context()
+        self._steps, self._results = ctx.Queue(), ctx.Queue()
+        self._trainer = ctx.Process(
+            target=trainer_main, name="replay-trainer", daemon=True,
+            args=(self.cfg, self.trainers, self.device, self.load_uses, self._steps,
+                  self._results))
+        self._trainer.start()
+        if self.result(timeout=self.cfg.runtime.start_timeout_s) != "ready":
+            raise ReplayError("the replay's trainer process did not start")
+
+    def result(self, timeout: float) -> Any:
+        """The trainer process's next message; None after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._results.get(timeout=0.05)
+            except queue.Empty:
+                if not self._trainer.is_alive():
+                    raise ReplayError("the replay's trainer process died (exit code "
+                                      f"{self._trainer.exitcode})") from None
+                if time.monotonic() > deadline:
+                    return None
+                continue
+            if isinstance(msg, str) and msg != "ready":
+                raise ReplayError(f"the replay's trainer process failed:\n{msg}")
+            return msg
+
+    def send(self, step: TrainStep) -> None:
+        self._steps.put(step)
+
+    def stop(self, wait: bool) -> float:
+        """Stop the process (idle once every step is back); returns the CPU seconds it used,
+        read from its last message when `wait` (0 otherwise, or when it never started)."""
+        cpu_s = 0.0
+        if self._trainer is None:
+            return cpu_s
+        if self._trainer.is_alive():
+            self._steps.put(None)
+            msg = self.result(timeout=10) if wait else None
+            if isinstance(msg, Stopped):
+                cpu_s = msg.cpu_s
+            self._trainer.join(timeout=10)
+        if self._trainer.is_alive():
+            self._trainer.kill()
+        return cpu_s
