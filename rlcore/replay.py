@@ -264,7 +264,8 @@ class Replay:
         """One generation batch with the recorded rows, versions, swaps and cuts.
 
         Past the recorded cut, rows that were emitted but are still running (possible only
-        in a counterfactual) go on under the weights they had, until they end.
+        in a counterfactual) go on under the weights they had, until they end; a
+        counterfactual batch that ends before its cut still cuts the recorded rows there.
         """
         cfg, ro = self.cfg, self.cfg.rollout
         t0 = self.ledger.now()
@@ -300,6 +301,8 @@ class Replay:
                 elif cfg.staleness.interrupt == "keep_kv":
                     self.tokens["kv_kept"] += unfinished
                     sampler.keep_cache(swaps[chunk])
+        if rec.cut and not cut_len:  # under other weights the batch ended before its cut
+            cut_len = {i: len(sampler.gens[i].response_ids) for i in rec.cut}
         for _, v in rec.swaps:
             self._release(v)
         self._release(rec.version)

@@ -292,6 +292,28 @@ def test_a_counterfactual_holds_the_schedule_and_changes_the_training(paper_run:
             assert r["finished"] or r["response_tokens"] == cfg.rollout.max_new_tokens
 
 
+def test_a_counterfactual_batch_that_ends_before_its_cut_still_cuts(paper_run: Path,
+                                                                    tmp_path: Path):
+    """Under other weights a batch can finish before the chunk its run cut rows after (the
+    run's CI found one): the cut rows keep their fate, dropped or resubmitted, with the
+    tokens they had. Forged here by moving a cut past the last chunk a batch can run."""
+    run = tampered_copy(paper_run, tmp_path)
+    lines = (run / SCHEDULE_FILE).read_text().splitlines()
+    n, rec = next((n, r) for n, r in enumerate(map(json.loads, lines))
+                  if r["type"] == "generate" and r["cut_reason"] == "interrupt")
+    rec["cut_after"] = rec["chunks"] = 99
+    edit_lines(run / SCHEDULE_FILE, lambda ls: ls[:n] + [json.dumps(rec)] + ls[n + 1:])
+    sign(run)
+    replay_run(run, tmp_path / "cf", ["train.objective=decoupled"])
+    a, b = (read_jsonl(d / "samples.jsonl") for d in (run, tmp_path / "cf"))
+    assert [(r["slot"], r["attempt"], r["status"]) for r in a] == \
+        [(r["slot"], r["attempt"], r["status"]) for r in b]
+
+    def interrupts(d: Path) -> int:
+        return sum(e["type"] == "interrupted_attempt" for e in read_jsonl(d / "events.jsonl"))
+    assert interrupts(run) == interrupts(tmp_path / "cf") > 0
+
+
 def test_the_same_objective_is_a_verification(paper_run: Path, tmp_path: Path):
     """The identity check: a replay under the run's own objective equals the run."""
     summary = replay_run(paper_run, tmp_path / "same", ["train.objective=pg"])
