@@ -6,7 +6,8 @@ swaps and cuts; each trainer runs its recorded steps (loads and updates of the r
 batches) with its own optimizer; every applied update publishes the version it made.
 Generation runs here and training in a process of its own (`rlcore/replay_trainer.py`),
 side by side as the run's rollout and trainer did, each step once what it needs exists (the
-versions a batch samples with, the samples a batch trains on): the order the original
+versions a batch samples with, the samples a batch trains on; `rlcore/replay_walk.py`
+coordinates the threads and finds a schedule that cannot go on): the order the original
 clocks chose does not matter, and a version is kept only while a later step needs it.
 
 With no changed setting the replay is a *verification*: every sample's tokens,
@@ -20,10 +21,8 @@ ordinary run directory whose summary.json says what it replayed.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from rlcore.replay_checks import Verifier
 from rlcore.replay_inputs import Original, environment_differences, read_original
 from rlcore.replay_record import record_replay
 from rlcore.replay_trainer import StepDone, TrainerProcess, TrainStep
+from rlcore.replay_walk import Walk
 from rlcore.reward import RewardPool
 from rlcore.runners.common import Prompt, PromptStream, preflight, train_batch
 from rlcore.sampler import Draws, Generation
@@ -58,10 +58,6 @@ class Replayed:
     result: dict[str, Any] | None
     worker: str
     t_emit: float
-
-
-class _Stopped(Exception):
-    """The other thread failed (or the walk is stuck): leave quietly, the error is kept."""
 
 
 class Replay:
@@ -88,13 +84,9 @@ class Replay:
         self._prompts: list[Prompt] = []
         self.tokens: Counter[str] = Counter()
         self.spans: list[tuple[str, str, float, float, int]] = []
-        self._cond = threading.Condition()
-        self._waiting: dict[str, str] = {}  # thread: what it waits for
-        self._active = 0
-        self._error: BaseException | None = None
+        self.walk = Walk()
         self.trainer = TrainerProcess(cfg, self.schedule, device, self._load_uses())
-        self._outstanding = 0  # steps sent to the trainer process, not yet back
-        self._sent_all = False
+        self._sent_all = False  # every trainer step is in the trainer process
 
     # --- inputs ----------------------------------------------------------------------------
     def prompt(self, group_id: int) -> Prompt:
@@ -122,7 +114,7 @@ class Replay:
                           if c.outcome == "applied"])
 
     def _release(self, version: int) -> None:
-        with self._cond:
+        with self.walk.cond:
             self.uses[version] -= 1
             if self.uses[version] <= 0:
                 self.versions.pop(version, None)
@@ -130,68 +122,26 @@ class Replay:
     # --- the walk --------------------------------------------------------------------------
     def run(self) -> None:
         """Generation (the records in order) and training (each trainer's steps in order)
-        in two threads, each step once what it needs is there."""
-        threads = [threading.Thread(target=self._walk, args=(name, fn), name=f"replay-{name}")
-                   for name, fn in (("generation", self._generate_all),
-                                    ("training", self._train_all),
-                                    ("results", self._receive_all))]
-        self._active = 2  # the walkers; the results thread only follows the trainer process
+        in two threads, each step once what it needs is there; a third takes back what the
+        trainer process computed."""
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            self.walk.run({"generation": self._generate_all, "training": self._train_all},
+                          {"results": self._receive_all})
         finally:
-            self.ledger.worker_cpu(self.trainer.stop(wait=self._error is None))
-        if self._error is not None:
-            raise self._error
-
-    def _walk(self, name: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except _Stopped:
-            pass
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread by run()
-            with self._cond:
-                self._error = self._error or e
-        finally:
-            with self._cond:
-                if name != "results":
-                    self._active -= 1
-                self._cond.notify_all()
-
-    def _await(self, name: str, ready: Callable[[], bool], what: Callable[[], str]) -> None:
-        """Block until ready(); if every thread left is waiting, the walk is stuck."""
-        with self._cond:
-            while not ready():
-                if self._error is not None:
-                    raise _Stopped
-                self._waiting[name] = what()
-                if len(self._waiting) >= self._active and not self._outstanding:
-                    self._error = ScheduleError(
-                        "the schedule cannot be replayed, nothing left can run: "
-                        + "; ".join(self._waiting.values()))
-                    self._cond.notify_all()
-                    raise _Stopped
-                self._cond.wait()
-            self._waiting.pop(name, None)
-
-    def _progress(self) -> None:
-        """Something new exists: every waiting thread looks again."""
-        with self._cond:
-            self._waiting.clear()
-            self._cond.notify_all()
+            self.ledger.worker_cpu(self.trainer.stop(wait=self.walk.error is None))
+        if self.walk.error is not None:
+            raise self.walk.error
 
     def _generate_all(self) -> None:
         for g in self.schedule.generations:
             self._await_version(g.version, g)
             self.generate(g)
-            self._progress()
+            self.walk.progress()
 
     def _await_version(self, version: int, g: GenerationRecord) -> None:
         """Wait for a version a generation needs: its first, or one it swaps to mid-batch
         (the run's trainer published that one while the batch was running)."""
-        self._await("generation", lambda: version in self.versions,
+        self.walk.wait_for("generation", lambda: version in self.versions,
                     lambda: f"generation (record {g.seq}) waits for version {version}")
 
     def _train_all(self) -> None:
@@ -211,34 +161,34 @@ class Replay:
 
         try:
             while any(sent[t] < len(o) for t, o in ops.items()):
-                self._await("training", sendable, waits)
+                self.walk.wait_for("training", sendable, waits)
                 for t, o in ops.items():
                     while sent[t] < len(o) and self._sendable(o[sent[t]], coming):
                         step = self._step(o[sent[t]])
                         if step.publish is not None:
                             coming.add(step.publish)
-                        with self._cond:
-                            self._outstanding += 1
+                        with self.walk.cond:
+                            self.walk.in_flight += 1
                         self.trainer.send(step)
                         sent[t] += 1
         finally:
-            with self._cond:
+            with self.walk.cond:
                 self._sent_all = True
-                self._cond.notify_all()
+                self.walk.cond.notify_all()
 
     def _receive_all(self) -> None:
         """Take back what the trainer process computed, as soon as it arrives."""
         while True:
-            with self._cond:
-                if self._error is not None or (self._sent_all and not self._outstanding):
+            with self.walk.cond:
+                if self.walk.error is not None or (self._sent_all and not self.walk.in_flight):
                     return
             msg = self.trainer.result(timeout=0.05)
             if msg is None:
                 continue
             self._took(msg)
-            with self._cond:
-                self._outstanding -= 1
-            self._progress()
+            with self.walk.cond:
+                self.walk.in_flight -= 1
+            self.walk.progress()
 
     def _sendable(self, op: TrainerOp, coming: set[int]) -> bool:
         if op.op == "load":
@@ -366,9 +316,9 @@ class Replay:
                                 "cannot be held (choose gentler train settings)")
         self.update_stats[commit.batch_id] = ({**stats, **IN_PLACE_COMMIT}, t1)
         if self.uses[commit.version] > 0:
-            with self._cond:
+            with self.walk.cond:
                 self.versions[commit.version] = done.state.unpack()
-            self._progress()
+            self.walk.progress()
         if self.verifier is not None:
             self.verifier.loss(commit, stats["loss"])
 
