@@ -5,7 +5,7 @@ ids, row order, update rows), and only its times differ.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlcore.schedule import Commit, SampleFate, ScheduleError
 
@@ -20,6 +20,7 @@ def record_replay(rp: Replay) -> None:
     for role, worker, start, end, samples in sorted(rp.spans, key=lambda x: x[3]):
         led.span(role, worker, start, end, samples=samples)
     waiting: dict[int, set[int]] = {}  # applied batches whose samples are not all settled
+    interrupts = {(r["slot"], r["attempt"]): r for r in s.interrupts}
     for kind, item in s.order:
         if kind == "generate":
             led.generation(item)
@@ -31,7 +32,7 @@ def record_replay(rp: Replay) -> None:
                 old_version=item["old_version"], new_version=item["new_version"],
                 resubmitted=item["resubmitted"], t=row.t_emit)
         elif kind == "sample":
-            _record_sample(rp, item)
+            _record_sample(rp, item, interrupts)
             for batch_id, ids in list(waiting.items()):
                 ids.discard(item.sample_id)
                 if not ids:
@@ -55,9 +56,9 @@ def record_replay(rp: Replay) -> None:
         raise ScheduleError(f"batches {sorted(waiting)} were applied but their samples "
                             "were never settled")
 
-def _record_sample(rp: Replay, fate: SampleFate) -> None:
+def _record_sample(rp: Replay, fate: SampleFate,
+                   interrupts: dict[tuple[int, int], dict[str, Any]]) -> None:
     led = rp.ledger
-    interrupts = {(r["slot"], r["attempt"]): r for r in rp.schedule.interrupts}
     prompt = rp.prompt(fate.group_id)
     row = rp.rows[(fate.slot, fate.attempt)]
     if fate.status == "dropped_interrupted":
