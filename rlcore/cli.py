@@ -4,6 +4,7 @@ config schema."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -222,5 +223,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The `rlcore` program: main(), then an exit that skips the interpreter's teardown.
+
+    Tearing down torch's and transformers' modules costs about 0.9 s of CPU per process
+    after every file is written and closed, and a grid pays it once per job. Exit handlers
+    (multiprocessing's, logging's) still run; only module teardown and the final garbage
+    collection are skipped. An uncaught exception exits the usual way.
+    """
+    code: int | None = None
+
+    def skip_teardown() -> None:
+        if code is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    atexit.register(skip_teardown)  # registered first, so it runs after every other handler
+    code = main()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

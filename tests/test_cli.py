@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +202,16 @@ def test_config_schema_prints_the_schema_as_json(capsys: pytest.CaptureFixture[s
     captured = capsys.readouterr()
     assert json.loads(captured.out) == run_config_schema()
     assert captured.err == ""
+
+
+def test_the_program_flushes_its_output_and_keeps_its_exit_code(tmp_path: Path):
+    """The installed `rlcore` skips the interpreter's teardown at exit (cli.entry): what it
+    printed still arrives whole through a pipe, and the exit code is main()'s."""
+    program = Path(sys.executable).parent / "rlcore"
+    ok = subprocess.run([str(program), "config-schema"], capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == run_config_schema()
+    bad = subprocess.run([str(program), "run", str(tmp_path / "missing.yaml"), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("rlcore: error: ")
+    assert not (tmp_path / "out").exists()
