@@ -8,6 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlcore-installed
 CONFIG ?= config/config.yaml
+# torch's wheel index; empty = the default (a CPU build here). GPUs: README, "GPU setup".
+TORCH_INDEX ?=
 REPORT ?= results/report.html
 # Snakemake's jobs call `rlcore` and the scripts' python from the venv.
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -22,7 +24,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e '.[test,pipeline,slurm]'
 	touch $(STAMP)
 

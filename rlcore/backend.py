@@ -31,6 +31,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
+from rlcore.model_dir import check_model_dir
 from rlcore.objectives import (
     Correction,
     LossStats,
@@ -62,26 +63,22 @@ def load_model(path: str | Path, attn_implementation: str = "sdpa") -> PreTraine
 
 def resolve_device(spec: str, role: str) -> torch.device:
     """`auto` = the paper's placement (rollout cuda:0, trainer cuda:1) where GPUs exist."""
-    if spec != "auto":
-        if spec.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"{role}_device is '{spec}' but CUDA is not available here")
-        return torch.device(spec)
     n = torch.cuda.device_count()
+    if spec != "auto":
+        device = torch.device(spec)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"model.{role}_device is '{spec}' but CUDA is not available here (torch "
+                f"{torch.__version__}): set it to auto or cpu, or install torch's CUDA build "
+                "for this machine's GPUs (README, 'GPU setup')")
+        if device.type == "cuda" and (device.index or 0) >= n:
+            raise ConfigError(
+                f"model.{role}_device is '{spec}' but this machine has {n} GPU"
+                f"{'s' if n != 1 else ''} (cuda:0 to cuda:{n - 1}): name one of those, or auto")
+        return device
     if n == 0:
         return torch.device("cpu")
     return torch.device(f"cuda:{min(1 if role == 'trainer' else 0, n - 1)}")
-
-
-def check_model_dir(path: str | Path) -> Path:
-    """The model directory, or a ConfigError that says how to get one."""
-    p = Path(path)
-    if not (p / "config.json").is_file():
-        raise ConfigError(
-            f"model.path '{p}' is not a Hugging Face model directory (no config.json). "
-            "Build the embedded tiny model with `rlcore build-base models/tiny`, or point "
-            "model.path at a local copy of a model such as Qwen2.5-0.5B-Instruct."
-        )
-    return p
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import small_config
+from tests.qwen_like import build_qwen_like
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -427,9 +428,7 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     """config/paper.yaml as shipped, with its model directory present: every run is planned,
     no base model is built, and outputs go under results/paper."""
     data = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    model = tmp_path / data["run"]["model"]["path"]
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")  # the pipeline only checks that it is there
+    build_qwen_like(tmp_path / data["run"]["model"]["path"])  # a whole local model directory
     write_config(tmp_path, data)
     result = snakemake(tmp_path, "-n")
     assert result.returncode == 0, result.stderr[-2000:]

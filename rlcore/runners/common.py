@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlcore.backend import TrainBatch, check_model_dir
+from rlcore.backend import TrainBatch
 from rlcore.config import RunConfig
+from rlcore.model_dir import check_model_dir
 from rlcore.objectives import compute_advantages
 from rlcore.sampler import Generation
 from rlcore.sandbox import detect_isolation

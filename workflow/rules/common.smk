@@ -8,6 +8,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from rlcore.config import config_from_dict
+from rlcore.model_dir import missing_model_files
 
 validate(config, "../schemas/config.schema.yaml")
 # The run section resolved in full once (defaults filled in, errors raised before any job
@@ -242,13 +243,16 @@ check_grid()
 
 
 def check_model_path():
-    """A given model (build_base: false) must be there before any job starts."""
-    if not config["build_base"] and not Path(model_path(), "config.json").is_file():
+    """A given model (build_base: false) must be whole before any job starts."""
+    if config["build_base"]:
+        return
+    missing = missing_model_files(model_path())
+    if missing:
         raise ValueError(
-            f"run.model.path '{model_path()}' is not a Hugging Face model directory (no "
-            "config.json). With build_base: false the pipeline uses that directory as it "
-            "is: copy the model there (README, the paper's setup), or set build_base: true "
-            "for the embedded tiny model."
+            f"run.model.path '{model_path()}' is not a Hugging Face model directory: it "
+            f"lacks {'; '.join(missing)}. With build_base: false the pipeline uses that "
+            "directory as it is: copy the whole model there (README, the paper's setup), "
+            "or set build_base: true for the embedded tiny model."
         )
 
 

@@ -15,12 +15,15 @@ copies again. So a rollout worker never loads a torn state, and never blocks a t
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Mapping
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from rlcore.config import ConfigError
 from rlcore.runners.asynchronous.interfaces import LockedArray, WorkerContext
 from rlcore.runners.asynchronous.messages import (
     CommitAck,
@@ -31,6 +34,32 @@ from rlcore.runners.asynchronous.messages import (
 )
 
 ParamSpec = list[tuple[str, tuple[int, ...], torch.dtype]]
+SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps the slots on Linux
+GIB = 2**30
+
+
+def shared_memory_free(path: str = SHM_DIR) -> int | None:
+    """Bytes free for shared memory; None where there is no such file system to ask."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def check_shared_memory(spec: ParamSpec, n_slots: int, free: int | None) -> None:
+    """Refuse, before any slot exists, weight slots that shared memory cannot hold: past
+    the limit a worker dies of SIGBUS half way through writing one."""
+    per_slot = sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in spec)
+    need = per_slot * n_slots
+    if free is None or need <= free:
+        return
+    raise ConfigError(
+        f"the AReaL-style runner keeps {n_slots} copies of the trainable weights in shared "
+        f"memory, {per_slot / GIB:.2f} GiB each, {need / GIB:.2f} GiB in all, but {SHM_DIR} "
+        f"has {free / GIB:.2f} GiB free. Give it more (in Docker: `docker run "
+        f"--shm-size={math.ceil(1.25 * need / GIB)}g`), or run mode sync or async, which keep "
+        "no shared copies")
 
 
 def trainable_spec(model_dir: str) -> ParamSpec:
@@ -156,7 +185,8 @@ def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
 
 def param_service_main(ctx: WorkerContext) -> None:
     """Process entry: load the initial weights into slot 0, then serve commits until None."""
-    from rlcore.backend import check_model_dir, load_model
+    from rlcore.backend import load_model
+    from rlcore.model_dir import check_model_dir
 
     t_load = time.monotonic()
     model = load_model(check_model_dir(ctx.cfg.model.path))

@@ -24,7 +24,9 @@ from rlcore.runners.asynchronous.interfaces import Vehicle, WorkerContext
 from rlcore.runners.asynchronous.messages import Ready, Stopped, WorkerError
 from rlcore.runners.asynchronous.param_service import (
     WeightSlots,
+    check_shared_memory,
     param_service_main,
+    shared_memory_free,
     trainable_spec,
 )
 from rlcore.runners.asynchronous.placement import placement
@@ -42,7 +44,10 @@ class Runtime:
         self.cfg, self.v = cfg, vehicle
         rt = cfg.runtime
         self.n_rollout, self.n_trainer = rt.rollout_workers, rt.trainer_workers
-        self.slots = WeightSlots(trainable_spec(cfg.model.path), self.n_trainer + 1,
+        spec = trainable_spec(cfg.model.path)
+        if vehicle.processes:
+            check_shared_memory(spec, self.n_trainer + 1, shared_memory_free())
+        self.slots = WeightSlots(spec, self.n_trainer + 1,
                                  vehicle.locked_array(2 + self.n_trainer + 1),
                                  shared=vehicle.processes)
         v = vehicle
