@@ -221,6 +221,12 @@ class RuntimeConfig:
         10, "Print a progress line every this many updates; 0 silences it.", minimum=0
     )
     save_policy: bool = _f(True, "Save the final policy in the run directory (for eval).")
+    tensorboard: bool = _f(
+        False,
+        "Write every update's scalars (by policy version and wall time) and the final "
+        "held-out eval as TensorBoard event files under the run directory; watch a grid with "
+        "`tensorboard --logdir results/runs`.",
+    )
     pin_cpus: bool = _f(
         True,
         "areal/async, roles on CPU: give each rollout worker and each trainer its own "

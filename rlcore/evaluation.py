@@ -10,6 +10,7 @@ from typing import Any
 
 from rlcore.backend import HFPolicy
 from rlcore.config import ConfigError, RunConfig, config_from_dict
+from rlcore.live_metrics import TB_DIR, LiveMetrics, eval_scalars
 from rlcore.reward import evaluate_response
 from rlcore.rundir import atomic_write_json, is_complete
 from rlcore.runners.common import set_threads
@@ -88,4 +89,9 @@ def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
                               **evaluate_policy(model, heldout, cfg, seed=seed)}
     out = run_dir / ("eval.json" if policy == "final" else "eval_base.json")
     atomic_write_json(out, result)
+    if policy == "final" and cfg.runtime.tensorboard:  # beside the run's curves, at its end
+        summary = json.loads((run_dir / "summary.json").read_text())
+        live = LiveMetrics(run_dir / TB_DIR)
+        live.write(eval_scalars(result), step=summary["updates"], walltime=time.time())
+        live.close()
     return result, out

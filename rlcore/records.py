@@ -32,6 +32,7 @@ from typing import Any
 from rlcore import metrics
 from rlcore.backend import HFPolicy
 from rlcore.config import RunConfig
+from rlcore.live_metrics import TB_DIR, LiveMetrics, update_scalars
 from rlcore.load import LoadMeter, process_age_s
 from rlcore.rundir import RunDirectory, environment_info
 from rlcore.runners.common import Prompt
@@ -137,6 +138,8 @@ class RunLedger:
         self.load = LoadMeter()
         self._worker_cpu_s = 0.0
         self.schedule = ScheduleLog()
+        self.live = LiveMetrics(self.dir.stage_dir(TB_DIR)) if cfg.runtime.tensorboard else None
+        self.epoch0 = time.time()  # the wall time at which the measured clock started
 
     # --- clock ---------------------------------------------------------------------------
     def start_clock(self, t0: float | None = None) -> None:
@@ -146,6 +149,7 @@ class RunLedger:
         timestamps can be placed on it (`on_clock`).
         """
         self.t0 = time.monotonic() if t0 is None else t0
+        self.epoch0 = time.time() - (time.monotonic() - self.t0)
         self.load.start()
 
     def now(self) -> float:
@@ -276,6 +280,8 @@ class RunLedger:
         self.updates.append(row)
         self.tokens["trained"] += row["tokens"]
         self.dir.write("updates", row)
+        if self.live is not None:
+            self.live.write(update_scalars(row), step=version, walltime=self.epoch0 + t_commit)
         return row
 
     # --- events and time -----------------------------------------------------------------
@@ -345,11 +351,16 @@ class RunLedger:
         }
         if any("tests_passed" in s for s in self.samples):  # code was run: say what isolated it
             config_json["sandbox"] = detect_isolation(cfg.reward).describe()
+        if self.live is not None:
+            self.live.close()
+        dirs = (("policy",) if cfg.runtime.save_policy else ()) + \
+            ((TB_DIR,) if self.live is not None else ())
         self.dir.finalize(summary, self.samples,
                           {"staleness.json": staleness_stats(self), "config.json": config_json},
-                          texts={SCHEDULE_FILE: schedule},
-                          dirs=("policy",) if cfg.runtime.save_policy else ())
+                          texts={SCHEDULE_FILE: schedule}, dirs=dirs)
         return summary
 
     def close(self) -> None:
+        if self.live is not None:
+            self.live.close()
         self.dir.close()
