@@ -3,6 +3,9 @@
 #               where it is
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint and run the test suite
+# make paper-smoke : config/paper.yaml end to end on CPU with a random Qwen2.5-0.5B-size
+#               stand-in, a few updates per mode, then eval: time, memory and weight sync
+#               per mode (a benchmark, ~10 min and ~17 GB of RAM here; not part of make test)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +19,10 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SNAKEMAKE := snakemake --profile workflow/profiles/default \
 	--configfile $(CONFIG) --replace-workflow-config
 
-.PHONY: setup run resume test lint clean
+SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
+SMOKE_OUT ?= results/paper-smoke
+
+.PHONY: setup run resume test lint clean paper-smoke
 
 setup: $(STAMP)
 
@@ -54,6 +60,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+paper-smoke: setup
+	$(BIN)/rlcore smoke config/paper.yaml --stand-in 0.5b --model $(SMOKE_MODEL) --device cpu \
+		--out $(SMOKE_OUT)
 
 clean:
 	rm -rf results models

@@ -30,17 +30,10 @@ from rlcore.runners import run_mode
 from rlcore.runners.common import PromptStream, preflight, set_threads
 from rlcore.sampler import Draws
 from rlcore.sandbox import detect_isolation
+from rlcore.stand_in import QWEN25_05B
 from rlcore.tasks import Task
 
 MODES = ("sync", "async", "areal")
-
-# Qwen2.5-0.5B-Instruct's architecture (its config.json), for the weight-sync measurement.
-QWEN25_05B = {
-    "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
-    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-    "max_position_embeddings": 32768, "tie_word_embeddings": True,
-}
-
 
 def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
     """Mean milliseconds of one bare sample-reward-update step (after one warm-up step)."""
@@ -129,7 +122,8 @@ def bench_modes(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
     return {"updates": updates, "repeats": repeats, "repetitions": reps, "mean": summary}
 
 
-def _copy_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> float:
+def copy_best_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> float:
+    """Best-of-reps seconds of copying src into dst (one in-memory copy of a state)."""
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -156,7 +150,7 @@ def bench_weight_sync(model: torch.nn.Module, reps: int = 50) -> dict[str, float
     slots.publish(0, 0)
     reader = [torch.empty_like(p) for p in source]
     plain = [torch.empty_like(p) for p in params.values()]
-    one_copy = _copy_s(plain, [p.detach() for p in params.values()], reps)
+    one_copy = copy_best_s(plain, [p.detach() for p in params.values()], reps)
     best = {"write_s": float("inf"), "commit_s": float("inf"), "reload_s": float("inf")}
     slot = 1
     for _ in range(reps):

@@ -1,5 +1,5 @@
-"""`rlcore`: build the base model, run a training job, replay or evaluate a run, print the
-config schema."""
+"""`rlcore`: build the base model, run a training job, replay or evaluate a run, measure
+(bench, smoke), print the config schema."""
 
 from __future__ import annotations
 
@@ -120,6 +120,28 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _smoke(args: argparse.Namespace) -> int:
+    from rlcore.smoke import RESULT_FILE, smoke, table
+
+    if args.stand_in:
+        from rlcore.stand_in import build_stand_in, is_complete
+
+        if not args.model:
+            raise ConfigError("--stand-in builds a model into --model DIR; name that directory")
+        existed = is_complete(args.model)
+        info = build_stand_in(args.model, args.stand_in)
+        print(f"{args.stand_in} stand-in {'already built' if existed else 'built'}: "
+              f"{args.model} ({info['params']:,} parameters)")
+    modes = [m for m in args.modes.split(",") if m]
+    result = smoke(args.config, Path(args.out), model=args.model, modes=modes,
+                   updates=args.updates, max_new_tokens=args.max_new_tokens,
+                   eval_tasks=args.eval_tasks, staleness_k=args.staleness_k,
+                   device=args.device, overrides=args.set)
+    print(table(result))
+    print(f"figures: {Path(args.out) / RESULT_FILE}")
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     print(config_reference_markdown() if args.markdown else
           json.dumps(run_config_schema(), indent=2))
@@ -199,6 +221,26 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--out", help="also write the figures to this JSON file")
     n.add_argument("--set", **overrides)
     n.set_defaults(func=_bench)
+
+    m = sub.add_parser("smoke", help="a config end to end at its real model size, a few "
+                       "updates per mode, then eval: time, memory and weight sync per mode")
+    m.add_argument("config", help="run or pipeline config (e.g. config/paper.yaml)")
+    m.add_argument("--out", required=True, help="directory for the runs, logs and smoke.json")
+    m.add_argument("--model", help="model directory (default: the config's model.path)")
+    m.add_argument("--stand-in", choices=["tiny", "0.5b"],
+                   help="first build a random Qwen2-class stand-in of this size in --model "
+                        "(0.5b: Qwen2.5-0.5B-Instruct's architecture, ~1 GB; kept if there)")
+    m.add_argument("--modes", default="sync,async,areal",
+                   help="comma-separated modes to run, in order")
+    m.add_argument("--updates", type=int, default=3, help="updates per mode")
+    m.add_argument("--max-new-tokens", type=int, default=16,
+                   help="rollout.max_new_tokens (cut down from the config's to fit)")
+    m.add_argument("--eval-tasks", type=int, default=8, help="eval.heldout_tasks")
+    m.add_argument("--staleness-k", type=int, default=2, help="K of the async modes")
+    m.add_argument("--device", metavar="DEVICE",
+                   help="both roles' device: cpu, auto or cuda:N (default: the config's)")
+    m.add_argument("--set", **overrides)
+    m.set_defaults(func=_smoke)
 
     s = sub.add_parser("config-schema", help="print the run config's JSON Schema")
     s.add_argument("--markdown", action="store_true",

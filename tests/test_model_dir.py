@@ -13,14 +13,16 @@ import yaml
 from rlcore.cli import main
 from rlcore.config import ConfigError
 from rlcore.model_dir import check_model_dir, missing_model_files
+from rlcore.stand_in import build_stand_in
 from tests.conftest import small_config
-from tests.qwen_like import build_qwen_like
 
 
 @pytest.fixture(scope="module")
 def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A whole local Qwen2-class directory, as the paper's setup reads one."""
-    return build_qwen_like(tmp_path_factory.mktemp("qwen") / "model")
+    out = tmp_path_factory.mktemp("qwen") / "model"
+    build_stand_in(out, "tiny")
+    return out
 
 
 def copy_without(src: Path, dst: Path, *names: str) -> Path:

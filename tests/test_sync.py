@@ -17,8 +17,8 @@ from rlcore.config import RunConfig, config_from_dict
 from rlcore.rundir import validate_summary
 from rlcore.runners.sync import sync_train
 from rlcore.sampler import Draws
+from rlcore.stand_in import build_stand_in
 from tests.conftest import small_config
-from tests.qwen_like import build_qwen_like
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -182,7 +182,8 @@ def test_every_objective_runs(tiny_model_dir: Path, tmp_path: Path, objective: s
 
 def test_qwen_class_model_directory_with_chat_template(tmp_path: Path):
     """The paper's path: AutoTokenizer, a chat template and two stop tokens, from a local dir."""
-    model_dir = build_qwen_like(tmp_path / "qwen-like")
+    model_dir = tmp_path / "qwen-like"
+    build_stand_in(model_dir, "tiny")
     cfg = config_from_dict(small_config(
         model_dir, model={"path": str(model_dir), "prompt_format": "chat"},
         rollout={"max_new_tokens": 8, "chunk_tokens": 4, "group_size": 2},
@@ -195,4 +196,5 @@ def test_qwen_class_model_directory_with_chat_template(tmp_path: Path):
     assert type(policy.tokenizer).__name__ == "Qwen2Tokenizer"
     assert len(policy.stop_ids) == 2
     prompt = policy.tokenizer.decode(policy.encode_prompt("3+4="))
-    assert prompt.startswith("<|im_start|>user\n3+4=") and prompt.endswith("assistant\n")
+    assert prompt.startswith("<|im_start|>system\n")  # a default system turn, as Qwen2.5's
+    assert "<|im_start|>user\n3+4=<|im_end|>\n" in prompt and prompt.endswith("assistant\n")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlcore.stand_in import build_stand_in
 from tests.conftest import small_config
-from tests.qwen_like import build_qwen_like
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -428,7 +428,7 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     """config/paper.yaml as shipped, with its model directory present: every run is planned,
     no base model is built, and outputs go under results/paper."""
     data = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    build_qwen_like(tmp_path / data["run"]["model"]["path"])  # a whole local model directory
+    build_stand_in(tmp_path / data["run"]["model"]["path"], "tiny")  # a whole model directory
     write_config(tmp_path, data)
     result = snakemake(tmp_path, "-n")
     assert result.returncode == 0, result.stderr[-2000:]

@@ -47,10 +47,15 @@ def shared_memory_free(path: str = SHM_DIR) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def spec_bytes(spec: ParamSpec) -> int:
+    """Bytes of one copy of a state with these names, shapes and dtypes."""
+    return sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in spec)
+
+
 def check_shared_memory(spec: ParamSpec, n_slots: int, free: int | None) -> None:
     """Refuse, before any slot exists, weight slots that shared memory cannot hold: past
     the limit a worker dies of SIGBUS half way through writing one."""
-    per_slot = sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in spec)
+    per_slot = spec_bytes(spec)
     need = per_slot * n_slots
     if free is None or need <= free:
         return
@@ -75,15 +80,24 @@ class WeightSlots:
 
     Callers pass tensors as a list in `names` order (resolve it once with `ordered`), so a
     write or a read is one multi-tensor copy and a few counter updates.
+
+    A slot is one flat buffer per dtype, and its tensors are views into it: a process
+    receives a slot as one file descriptor per buffer, not one per tensor. (Python's fork
+    server passes at most 256 descriptors to a new process; Qwen2.5-0.5B has 290 tensors.)
     """
 
     def __init__(self, spec: ParamSpec, n_slots: int, state: LockedArray, shared: bool):
-        def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-            t = torch.empty(shape, dtype=dtype)
+        def alloc(numel: int, dtype: torch.dtype) -> torch.Tensor:
+            t = torch.empty(numel, dtype=dtype)
             return t.share_memory_() if shared else t
 
+        self.spec = spec
         self.names = [n for n, _, _ in spec]
-        self.slots = [[alloc(s, d) for _, s, d in spec] for _ in range(n_slots)]
+        sizes: dict[torch.dtype, int] = {}
+        for _, shape, dtype in spec:
+            sizes[dtype] = sizes.get(dtype, 0) + math.prod(shape)
+        self._buffers = [{d: alloc(n, d) for d, n in sizes.items()} for _ in range(n_slots)]
+        self.slots = [self._views(b) for b in self._buffers]
         # One shared array: [current slot, policy version, seq of slot 0, seq of slot 1, ...].
         # A slot's seq is odd while it is being written.
         if len(state) != 2 + n_slots:
@@ -91,6 +105,25 @@ class WeightSlots:
         self._state = state
         self._state[1] = -1  # nothing published yet: readers wait for the service's first write
         self._lock = self._state.get_lock()  # also the memory barrier around every copy
+
+    def _views(self, buffers: dict[torch.dtype, torch.Tensor]) -> list[torch.Tensor]:
+        """The slot's tensors, in `names` order, as views into its flat buffers."""
+        offsets = dict.fromkeys(buffers, 0)
+        views = []
+        for _, shape, dtype in self.spec:
+            n = math.prod(shape)
+            views.append(buffers[dtype][offsets[dtype]:offsets[dtype] + n].view(shape))
+            offsets[dtype] += n
+        return views
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        del state["slots"]  # rebuilt from the buffers, so only those cross to a process
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.slots = [self._views(b) for b in self._buffers]
 
     def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Detached views of `named` in slot order (KeyError names a missing tensor).

@@ -1,0 +1,117 @@
+"""`rlcore smoke` (rlcore/smoke.py) and the process-tree memory watch it relies on
+(rlcore/memory_watch.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlcore import memory_watch
+from rlcore.cli import main
+from rlcore.memory_watch import TreeWatch, memory_in_use, status_bytes
+from rlcore.stand_in import build_stand_in
+
+ROOT = Path(__file__).resolve().parents[1]
+STATUS = """Name:\tpython
+VmPeak:\t  123456 kB
+VmHWM:\t    2048 kB
+VmRSS:\t    1024 kB
+Threads:\t4
+"""
+
+
+def test_status_fields_are_read_in_bytes():
+    assert status_bytes(STATUS, "VmHWM") == 2048 * 1024
+    assert status_bytes(STATUS, "VmRSS") == 1024 * 1024
+    assert status_bytes(STATUS, "Threads") == 4
+    assert status_bytes(STATUS, "VmSwap") is None  # a kernel thread's status lacks it
+
+
+def test_machine_memory_in_use_is_total_less_available():
+    meminfo = "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    600 kB\n"
+    assert memory_in_use(meminfo) == 400 * 1024
+    with pytest.raises(ValueError, match="MemAvailable"):
+        memory_in_use("MemTotal:       1000 kB\n")
+
+
+def test_the_watch_sees_a_grandchild_peak_after_it_freed_it():
+    """A child starts a grandchild that touches 200 MB, frees it and sleeps: the watch names
+    both processes and keeps the grandchild's peak, not its resident set at the end."""
+    grandchild = ("b = bytearray(200 * 2**20); del b; import time; time.sleep(1.5)")
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    watch = TreeWatch(proc.pid, interval_s=0.05).start()
+    proc.wait()
+    watch.stop()
+    peaks = sorted(p.peak_rss_bytes for p in watch.processes.values())
+    assert len(peaks) == 2 and proc.pid in watch.processes
+    assert peaks[-1] > 200 * 2**20 > peaks[0]
+
+
+def test_the_machine_peak_is_above_the_start(monkeypatch: pytest.MonkeyPatch):
+    """Memory in use at the start is the baseline; the peak is the largest rise after it
+    (a fall below the start, something else freeing memory, reads as no rise)."""
+    readings = iter([5000, 5300, 5900, 5200, 4000])
+    monkeypatch.setattr(memory_watch, "_machine_in_use", lambda: next(readings))
+    watch = TreeWatch(2**22 + 1)  # no such process: only the machine is looked at
+    for _ in range(4):
+        watch.poll()
+    assert (watch.machine_baseline_bytes, watch.machine_peak_bytes) == (5000, 900)
+    assert watch.processes == {}
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("stand-in") / "qwen"
+    build_stand_in(out, "tiny")
+    return out
+
+
+def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
+                                                                 tmp_path: Path, capsys):
+    """config/paper.yaml's code path (chat prompts, its batch and K) on the tiny stand-in:
+    each mode in its own process, its figures measured, its final policy evaluated."""
+    out = tmp_path / "smoke"
+    assert main(["smoke", str(ROOT / "config" / "paper.yaml"), "--model", str(qwen_dir),
+                 "--device", "cpu", "--out", str(out), "--updates", "2",
+                 "--max-new-tokens", "4", "--eval-tasks", "4"]) == 0
+    result = json.loads((out / "smoke.json").read_text())
+    assert list(result["modes"]) == ["sync", "async", "areal"]
+    slots = result["state"]["areal_weight_slots_bytes"]
+    assert slots == 2 * result["state"]["fp32_bytes"] > 0
+    for mode, m in result["modes"].items():
+        config = json.loads((out / mode / "config.json").read_text())["config"]
+        assert config["model"]["prompt_format"] == "chat" and config["mode"] == mode
+        assert m["updates"] == 2 and m["s_per_update"] > 0 and m["tokens_per_s"] > 0
+        assert m["trained_tokens"] <= 2 * 4 * 4  # updates x batch x max_new_tokens
+        assert m["trained_tokens_per_s"] * m["wall_s"] == pytest.approx(m["trained_tokens"])
+        assert m["eval"]["tasks"] == 4 and m["eval"]["peak_rss_bytes"] > 0
+        assert (out / mode / "eval.json").is_file() and (out / f"{mode}.log").is_file()
+        names = {p["process"] for p in m["processes"]}
+        assert all(p["peak_rss_bytes"] > 10 * 2**20 for p in m["processes"]
+                   if p["process"] != "resource_tracker")
+        if mode == "areal":
+            assert {"main", "forkserver", "param_service", "rollout0", "trainer0"} <= names
+            assert m["shm_peak_bytes"] >= slots  # the weight slots live in /dev/shm
+            assert m["weight_sync"]["reloads"] > 0
+            assert m["weight_sync"]["per_version_vs_one_copy"] > 0
+        else:
+            assert names == {"main"}  # one process: threaded roles are its threads
+    assert result["modes"]["sync"]["weight_sync"]["per_version_vs_one_copy"] is None
+    printed = capsys.readouterr().out
+    assert "areal: main" in printed and "param_service" in printed
+
+
+def test_smoke_refuses_an_incomplete_model_directory_before_running(qwen_dir: Path,
+                                                                    tmp_path: Path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((qwen_dir / "config.json").read_text())
+    assert main(["smoke", str(ROOT / "config" / "paper.yaml"), "--model", str(model),
+                 "--out", str(tmp_path / "smoke")]) == 2
+    assert "model.safetensors" in capsys.readouterr().err
+    assert not (tmp_path / "smoke").exists()

@@ -1,0 +1,53 @@
+"""The parameter service's weight slots (rlcore/runners/asynchronous/param_service.py): a
+real model's many tensors in shared memory, written in one process and read in another."""
+
+from __future__ import annotations
+
+import torch
+
+from rlcore.runners.asynchronous.param_service import WeightSlots
+from rlcore.runners.asynchronous.vehicles import Processes
+
+# 300 tensors (Qwen2.5-0.5B has 290), two dtypes: more than the 256 file descriptors that
+# Python's fork server passes to a new process, had each tensor its own.
+SPEC = [(f"t{i}", (3, i % 5 + 1), torch.float32 if i % 3 else torch.float16)
+        for i in range(300)]
+
+
+def values(version: int) -> list[torch.Tensor]:
+    return [torch.full(shape, float(version + i % 7), dtype=dtype)
+            for i, (_, shape, dtype) in enumerate(SPEC)]
+
+
+def write_next(slots: WeightSlots) -> None:
+    """In a worker: read the current state, publish it plus one in slot 1 as version 1."""
+    got = [torch.empty(shape, dtype=dtype) for _, shape, dtype in SPEC]
+    assert slots.read_into(got) == 0
+    slots.write(1, [t + 1 for t in got])
+    slots.publish(1, 1)
+
+
+def test_slots_cross_to_a_forked_process_and_back():
+    vehicle = Processes()
+    slots = WeightSlots(SPEC, 2, vehicle.locked_array(4), shared=True)
+    slots.write(0, values(0))
+    slots.publish(0, 0)
+    worker = vehicle.mp.Process(target=write_next, args=(slots,))
+    worker.start()
+    worker.join(60)
+    assert worker.exitcode == 0
+    got = [torch.empty(shape, dtype=dtype) for _, shape, dtype in SPEC]
+    assert slots.read_into(got) == 1
+    assert all(torch.equal(g, v) for g, v in zip(got, values(1), strict=True))
+
+
+def test_a_slot_is_one_buffer_per_dtype_and_its_tensors_do_not_overlap():
+    slots = WeightSlots(SPEC, 2, Processes().locked_array(4), shared=False)
+    slots.write(0, values(0))
+    slots.write(1, values(5))
+    slots.publish(0, 0)
+    got = [torch.empty(shape, dtype=dtype) for _, shape, dtype in SPEC]
+    slots.read_into(got)
+    assert all(torch.equal(g, v) for g, v in zip(got, values(0), strict=True))
+    storages = {t.untyped_storage().data_ptr() for t in slots.slots[0]}
+    assert len(storages) == 2
