@@ -136,7 +136,8 @@ def _smoke(args: argparse.Namespace) -> int:
     result = smoke(args.config, Path(args.out), model=args.model, modes=modes,
                    updates=args.updates, max_new_tokens=args.max_new_tokens,
                    eval_tasks=args.eval_tasks, staleness_k=args.staleness_k,
-                   device=args.device, overrides=args.set)
+                   device=args.device, overrides=args.set,
+                   compare_generate=not args.no_generate_comparison)
     print(table(result))
     print(f"figures: {Path(args.out) / RESULT_FILE}")
     return 0
@@ -239,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--staleness-k", type=int, default=2, help="K of the async modes")
     m.add_argument("--device", metavar="DEVICE",
                    help="both roles' device: cpu, auto or cuda:N (default: the config's)")
+    m.add_argument("--no-generate-comparison", action="store_true",
+                   help="skip timing rollout sampling against HF generate on one batch")
     m.add_argument("--set", **overrides)
     m.set_defaults(func=_smoke)
 

@@ -12,6 +12,7 @@ randomly initialised Qwen2.5-0.5B-size stand-in (`rlcore.stand_in`) on CPU.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.config import ConfigError, load_config
+from rlcore.config import ConfigError, RunConfig, load_config
 from rlcore.memory_watch import TreeWatch
 from rlcore.model_dir import check_model_dir
 from rlcore.rundir import atomic_write_json
@@ -87,6 +88,78 @@ def one_copy_s(spec: Sequence[tuple[str, tuple[int, ...], Any]], reps: int = 5) 
     return copy_best_s(dst, src, reps)
 
 
+def generate_comparison(cfg: RunConfig, reps: int = 3) -> dict[str, Any]:
+    """Rollout sampling (chunked, with a KV cache) against HF `generate` on the same device,
+    prompts and batch (a training batch of the config), interleaved `reps` times after one
+    warm-up each; medians of generated tokens/s. Both sample at the config's temperature
+    with no top-k, top-p or repetition penalty, and both stop at the model's stop ids."""
+    import torch
+    from transformers import GenerationConfig
+
+    from rlcore.backend import HFPolicy
+    from rlcore.runners.common import PromptStream, preflight, set_threads
+    from rlcore.sampler import Draws
+
+    set_threads(cfg)
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout")
+    ro = cfg.rollout
+    groups = cfg.train.update_batch_size // ro.group_size
+    prompts = [policy.encode_prompt(p.task.prompt)
+               for p in PromptStream(preflight(cfg), cfg.seed).take(groups)
+               for _ in range(ro.group_size)]
+    width = max(map(len, prompts))
+    pad = policy.pad_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=policy.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                        device=policy.device)
+    hf_config = GenerationConfig(
+        do_sample=True, temperature=ro.temperature, top_k=0, top_p=1.0,
+        max_new_tokens=ro.max_new_tokens, eos_token_id=sorted(policy.stop_ids),
+        pad_token_id=pad)
+
+    def sync() -> None:
+        if policy.device.type == "cuda":
+            torch.cuda.synchronize(policy.device)
+
+    def ours(rep: int) -> tuple[int, float]:
+        sync()
+        t0 = time.perf_counter()
+        gens = policy.generate(prompts, max_new_tokens=ro.max_new_tokens,
+                               temperature=ro.temperature, chunk_tokens=ro.chunk_tokens,
+                               draws=Draws(cfg.seed + rep, [(i, 0) for i in range(len(prompts))]))
+        sync()
+        return sum(len(g.response_ids) for g in gens), time.perf_counter() - t0
+
+    def hf(rep: int) -> tuple[int, float]:
+        torch.manual_seed(cfg.seed + rep)
+        sync()
+        t0 = time.perf_counter()
+        with torch.no_grad(), policy.autocast():
+            out = policy.model.generate(input_ids=ids, attention_mask=mask,
+                                        generation_config=hf_config)
+        sync()
+        elapsed = time.perf_counter() - t0
+        new = out[:, width:].tolist()
+        # a row's tokens up to and including its first stop id; the rest is padding
+        tokens = sum(next((j + 1 for j, t in enumerate(r) if t in policy.stop_ids), len(r))
+                     for r in new)
+        return tokens, elapsed
+
+    ours(-1)
+    hf(-1)  # warm-up: first calls allocate and pick kernels
+    rates: dict[str, list[float]] = {"rollout": [], "hf_generate": []}
+    for rep in range(reps):
+        for name, fn in (("rollout", ours), ("hf_generate", hf)):
+            tokens, elapsed = fn(rep)
+            rates[name].append(tokens / elapsed)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {"device": str(policy.device), "batch": len(prompts),
+            "max_new_tokens": ro.max_new_tokens, "chunk_tokens": ro.chunk_tokens,
+            "reps": reps, "tokens_per_s": rates,
+            "rollout_tokens_per_s": med["rollout"], "hf_generate_tokens_per_s":
+            med["hf_generate"], "ratio_to_hf_generate": med["rollout"] / med["hf_generate"]}
+
+
 def mode_figures(summary: dict[str, Any], evaluation: dict[str, Any], run: TreeWatch,
                  run_s: float, run_dir: Path, scored: TreeWatch, eval_s: float,
                  copy_s: float) -> dict[str, Any]:
@@ -121,9 +194,11 @@ def mode_figures(summary: dict[str, Any], evaluation: dict[str, Any], run: TreeW
 
 def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str],
           updates: int, max_new_tokens: int, eval_tasks: int, staleness_k: int,
-          device: str | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Run and score each mode; smoke.json is rewritten after each, so a failure keeps
-    what the modes before it measured."""
+          device: str | None, overrides: Sequence[str] = (),
+          compare_generate: bool = True) -> dict[str, Any]:
+    """Run and score each mode, then (compare_generate) time rollout sampling against HF
+    `generate`; smoke.json is rewritten after each step, so a failure keeps what the steps
+    before it measured."""
     from rlcore.runners.asynchronous.param_service import spec_bytes, trainable_spec
 
     base = load_config(config, overrides)  # a bad config or override fails here, at once
@@ -160,6 +235,12 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
             json.loads((run_dir / "eval.json").read_text()), run, run_s, run_dir, scored,
             eval_s, result["one_copy_s"])
         atomic_write_json(out_dir / RESULT_FILE, result)
+    if compare_generate:
+        print("[generate] rollout sampling against HF generate, same batch and device",
+              flush=True)
+        result["generate"] = generate_comparison(load_config(config, [*overrides, *run_overrides(
+            "sync", model, updates, max_new_tokens, eval_tasks, staleness_k, device)]))
+        atomic_write_json(out_dir / RESULT_FILE, result)
     return result
 
 
@@ -192,4 +273,10 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"  {mode}: " + ", ".join(f"{p['process']} {_size(p['peak_rss_bytes'])}"
                                                for p in m["processes"])
                      + f"; eval {_size(m['eval']['peak_rss_bytes'])}")
+    if "generate" in result:
+        g = result["generate"]
+        lines.append(f"sampling on {g['device']}, batch {g['batch']} x {g['max_new_tokens']} "
+                     f"tokens, median of {g['reps']}: rollout {g['rollout_tokens_per_s']:.1f} "
+                     f"tokens/s, HF generate {g['hf_generate_tokens_per_s']:.1f} "
+                     f"({g['ratio_to_hf_generate']:.2f}x)")
     return "\n".join(lines)

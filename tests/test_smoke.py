@@ -102,8 +102,14 @@ def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
         else:
             assert names == {"main"}  # one process: threaded roles are its threads
     assert result["modes"]["sync"]["weight_sync"]["per_version_vs_one_copy"] is None
+    gen = result["generate"]  # rollout sampling against HF generate, one training batch
+    assert (gen["device"], gen["batch"], gen["max_new_tokens"]) == ("cpu", 4, 4)
+    assert all(len(v) == 3 and min(v) > 0 for v in gen["tokens_per_s"].values())
+    assert gen["ratio_to_hf_generate"] == pytest.approx(
+        gen["rollout_tokens_per_s"] / gen["hf_generate_tokens_per_s"])
     printed = capsys.readouterr().out
     assert "areal: main" in printed and "param_service" in printed
+    assert "HF generate" in printed
 
 
 def test_smoke_refuses_an_incomplete_model_directory_before_running(qwen_dir: Path,
