@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHM_DIR = "/dev/shm"
+SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps shared tensors on Linux
 
 
 def status_bytes(status: str, key: str) -> int | None:
@@ -47,13 +47,23 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def shm_used(path: str = SHM_DIR) -> int | None:
-    """Bytes in use on the shared-memory file system; None where there is none."""
+def _statvfs(path: str) -> os.statvfs_result | None:
     try:
-        st = os.statvfs(path)
+        return os.statvfs(path)
     except OSError:
         return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shm_used(path: str = SHM_DIR) -> int | None:
+    """Bytes in use on the shared-memory file system; None where there is none."""
+    st = _statvfs(path)
+    return None if st is None else (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shared_memory_free(path: str = SHM_DIR) -> int | None:
+    """Bytes free for shared memory; None where there is no such file system to ask."""
+    st = _statvfs(path)
+    return None if st is None else st.f_bavail * st.f_frsize
 
 
 def memory_in_use(meminfo: str) -> int:

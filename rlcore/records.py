@@ -351,16 +351,19 @@ class RunLedger:
         }
         if any("tests_passed" in s for s in self.samples):  # code was run: say what isolated it
             config_json["sandbox"] = detect_isolation(cfg.reward).describe()
-        if self.live is not None:
-            self.live.close()
         dirs = (("policy",) if cfg.runtime.save_policy else ()) + \
             ((TB_DIR,) if self.live is not None else ())
+        self._close_live()  # its files must be complete before they move into place
         self.dir.finalize(summary, self.samples,
                           {"staleness.json": staleness_stats(self), "config.json": config_json},
                           texts={SCHEDULE_FILE: schedule}, dirs=dirs)
         return summary
 
-    def close(self) -> None:
+    def _close_live(self) -> None:
         if self.live is not None:
             self.live.close()
+            self.live = None
+
+    def close(self) -> None:
+        self._close_live()
         self.dir.close()

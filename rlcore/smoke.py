@@ -25,7 +25,6 @@ from rlcore.memory_watch import TreeWatch
 from rlcore.model_dir import check_model_dir
 from rlcore.rundir import atomic_write_json
 
-MODES = ("sync", "async", "areal")
 RESULT_FILE = "smoke.json"
 GIB = 1024**3
 
@@ -64,14 +63,13 @@ def _watched(cmd: list[str], log: Path, prefix: str) -> tuple[TreeWatch, float]:
     return watch, time.perf_counter() - t0
 
 
-def _process_peaks(watch: TreeWatch, run_dir: Path | None) -> list[dict[str, Any]]:
+def _process_peaks(watch: TreeWatch, run_dir: Path) -> list[dict[str, Any]]:
     """Every watched process with its peak; workers named as the run's events name them."""
     names = {watch.root: "main"}
-    if run_dir is not None:
-        for line in (run_dir / "events.jsonl").read_text().splitlines():
-            event = json.loads(line)
-            if event["type"] == "worker_ready" and event["pid"] != watch.root:
-                names[event["pid"]] = event["worker"]  # threaded workers are the main process
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["type"] == "worker_ready" and event["pid"] != watch.root:
+            names[event["pid"]] = event["worker"]  # threaded workers are the main process
     return [{"process": names.get(p.pid, p.label), "pid": p.pid,
              "peak_rss_bytes": p.peak_rss_bytes}
             for p in sorted(watch.processes.values(), key=lambda p: p.pid)]
@@ -203,8 +201,10 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
 
     base = load_config(config, overrides)  # a bad config or override fails here, at once
     model = str(check_model_dir(model or base.model.path))
-    load_config(config, [*overrides, *run_overrides(
-        "areal", model, updates, max_new_tokens, eval_tasks, staleness_k, device)])
+    sets = {mode: [*overrides, *run_overrides(mode, model, updates, max_new_tokens,
+                                               eval_tasks, staleness_k, device)]
+            for mode in {*modes, "sync"}}
+    resolved = {mode: load_config(config, s) for mode, s in sets.items()}  # all, up front
     spec = trainable_spec(model)
     state_bytes = spec_bytes(spec)
     result: dict[str, Any] = {
@@ -223,11 +223,9 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
     rlcore = [sys.executable, "-m", "rlcore"]
     for mode in modes:
         run_dir = out_dir / mode
-        sets = [a for o in [*overrides, *run_overrides(
-            mode, model, updates, max_new_tokens, eval_tasks, staleness_k, device)]
-            for a in ("--set", o)]
+        args = [a for o in sets[mode] for a in ("--set", o)]
         run, run_s = _watched([*rlcore, "run", config, "--out", str(run_dir), "--force",
-                               "--exit-with-parent", *sets], out_dir / f"{mode}.log", mode)
+                               "--exit-with-parent", *args], out_dir / f"{mode}.log", mode)
         scored, eval_s = _watched([*rlcore, "eval", str(run_dir)],
                                   out_dir / f"{mode}-eval.log", f"{mode} eval")
         result["modes"][mode] = mode_figures(
@@ -238,8 +236,7 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
     if compare_generate:
         print("[generate] rollout sampling against HF generate, same batch and device",
               flush=True)
-        result["generate"] = generate_comparison(load_config(config, [*overrides, *run_overrides(
-            "sync", model, updates, max_new_tokens, eval_tasks, staleness_k, device)]))
+        result["generate"] = generate_comparison(resolved["sync"])
         atomic_write_json(out_dir / RESULT_FILE, result)
     return result
 

@@ -11,8 +11,9 @@ import yaml
 
 from rlcore.cli import main
 from rlcore.config import ConfigError
+from rlcore.memory_watch import shared_memory_free
 from rlcore.runners.asynchronous import runtime
-from rlcore.runners.asynchronous.param_service import check_shared_memory, shared_memory_free
+from rlcore.runners.asynchronous.param_service import check_shared_memory
 from tests.conftest import small_config
 
 GIB = 2**30

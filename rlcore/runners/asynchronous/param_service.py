@@ -16,7 +16,6 @@ copies again. So a rollout worker never loads a torn state, and never blocks a t
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping
 
@@ -24,6 +23,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from rlcore.config import ConfigError
+from rlcore.memory_watch import SHM_DIR
 from rlcore.runners.asynchronous.interfaces import LockedArray, WorkerContext
 from rlcore.runners.asynchronous.messages import (
     CommitAck,
@@ -34,17 +34,7 @@ from rlcore.runners.asynchronous.messages import (
 )
 
 ParamSpec = list[tuple[str, tuple[int, ...], torch.dtype]]
-SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps the slots on Linux
 GIB = 2**30
-
-
-def shared_memory_free(path: str = SHM_DIR) -> int | None:
-    """Bytes free for shared memory; None where there is no such file system to ask."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 def spec_bytes(spec: ParamSpec) -> int:

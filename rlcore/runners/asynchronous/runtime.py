@@ -17,6 +17,7 @@ import torch
 
 from rlcore.backend import HFPolicy, resolve_device
 from rlcore.config import RunConfig
+from rlcore.memory_watch import shared_memory_free
 from rlcore.records import RunLedger
 from rlcore.runners.asynchronous.controller import Controller
 from rlcore.runners.asynchronous.health import Watchdog, WorkerFailed, worker_failed
@@ -26,7 +27,6 @@ from rlcore.runners.asynchronous.param_service import (
     WeightSlots,
     check_shared_memory,
     param_service_main,
-    shared_memory_free,
     trainable_spec,
 )
 from rlcore.runners.asynchronous.placement import placement
