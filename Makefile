@@ -2,7 +2,8 @@
 #               then write the HTML report (unless it is newer than all it shows) and print
 #               where it is
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
-# make test   : set up .venv if needed, then lint and run the test suite
+# make test   : set up .venv if needed, then lint (ruff, mypy, snakemake --lint, snakefmt) and
+#               run the test suite
 # make paper-smoke : config/paper.yaml end to end on CPU with a random Qwen2.5-0.5B-size
 #               stand-in, a few updates per mode, then eval: time, memory and weight sync
 #               per mode (a benchmark, ~10 min and ~17 GB of RAM here; not part of make test)
@@ -55,6 +56,7 @@ resume: setup
 
 lint: setup
 	$(BIN)/ruff check rlcore tests workflow/scripts
+	$(BIN)/mypy
 	snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow
 

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rlcore.config import (
     ConfigError,
@@ -17,13 +18,13 @@ from rlcore.config import (
     load_config,
     run_config_schema,
 )
-from rlcore.rundir import RunExistsError, atomic_write_json
-from rlcore.runners import WorkerFailed, die_with_parent
-from rlcore.schedule import ReplayError
+from rlcore.errors import ReplayError, RunExistsError, WorkerFailed
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.exit_with_parent:
+        from rlcore.runners.asynchronous.health import die_with_parent
+
         die_with_parent(args.exit_with_parent)
     cfg = load_config(args.config, args.set)
     if args.eval and not cfg.runtime.save_policy:  # fail now, not after the whole run
@@ -52,11 +53,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     if args.exit_with_parent:
+        from rlcore.runners.asynchronous.health import die_with_parent
+
         die_with_parent(args.exit_with_parent)
     from rlcore.runners.asynchronous import forkserver
 
     forkserver.context()  # the trainer process's imports overlap this process's own
-    from rlcore.replay import replay_run
+    from rlcore.replay.replayer import replay_run
 
     summary = replay_run(args.run_dir, args.out, args.set, tolerance=args.tolerance,
                          threads=args.threads, force=args.force)
@@ -79,8 +82,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _build_base(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set) if args.config else config_from_dict({})
-    from rlcore.tiny import build_base
-    from rlcore.tiny import is_complete as base_done
+    from rlcore.policy.tiny import build_base
+    from rlcore.policy.tiny import is_complete as base_done
 
     existed = base_done(args.out_dir) and not args.force
     info = build_base(args.out_dir, cfg, force=args.force)
@@ -101,7 +104,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rlcore.bench import bench, bench_replay, bench_sandbox
+    from rlcore.measure.bench import bench, bench_replay, bench_sandbox
+    from rlcore.record.rundir import atomic_write_json
 
     cfg = load_config(args.config, args.set)
     if args.sandbox:
@@ -121,10 +125,10 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    from rlcore.smoke import RESULT_FILE, smoke, table
+    from rlcore.measure.smoke import RESULT_FILE, smoke, table
 
     if args.stand_in:
-        from rlcore.stand_in import build_stand_in, is_complete
+        from rlcore.policy.stand_in import build_stand_in, is_complete
 
         if not args.model:
             raise ConfigError("--stand-in builds a model into --model DIR; name that directory")
@@ -152,8 +156,9 @@ def _schema(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlcore", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    overrides = {"action": "append", "default": [], "metavar": "KEY=VALUE",
-                 "help": "override a config key, e.g. --set train.updates=10 (repeatable)"}
+    overrides: dict[str, Any] = {
+        "action": "append", "default": [], "metavar": "KEY=VALUE",
+        "help": "override a config key, e.g. --set train.updates=10 (repeatable)"}
 
     r = sub.add_parser("run", help="train one run and write its run directory")
     r.add_argument("config", help="run config (YAML or JSON)")

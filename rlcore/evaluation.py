@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlcore.backend import HFPolicy
 from rlcore.config import ConfigError, RunConfig, config_from_dict
-from rlcore.live_metrics import TB_DIR, LiveMetrics, eval_scalars
-from rlcore.reward import evaluate_response
-from rlcore.rundir import atomic_write_json, is_complete
-from rlcore.runners.common import set_threads
-from rlcore.sampler import Draws
-from rlcore.tasks import Task, load_suite
+from rlcore.policy.device import set_threads
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.sampler import Draws
+from rlcore.record.live_metrics import TB_DIR, LiveMetrics, eval_scalars
+from rlcore.record.rundir import atomic_write_json, is_complete
+from rlcore.tasks.reward import evaluate_response
+from rlcore.tasks.suites import Task, load_suite
 
 EVAL_SEED = 12345  # sampling seed of held-out evaluation, the same for every run
 

@@ -1,4 +1,4 @@
-"""Reference solutions for the shipped code tasks (rlcore/data/code/*.jsonl).
+"""Reference solutions for the shipped code tasks (rlcore/tasks/data/code/*.jsonl).
 
 CORRECT[task_id] passes every test of its task; WRONG[task_id] is a plausible mistake
 (off-by-one, a missed edge case) that fails at least one test.

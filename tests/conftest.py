@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.tiny import build_base
+from rlcore.policy.tiny import build_base
 
 # Small and quick: enough steps to produce answers of the right shape, not to be good.
 FAST_BASE = {"warm_start_steps": 60, "warm_start_label_noise": 0.5}

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from rlcore.analysis import k_sweep, load_runs, mean_ci95, table1, to_markdown
-from rlcore.metrics import (
+from rlcore.algo.metrics import (
     merge_spans,
     moving_average,
     overlap_seconds,
     steps_to_threshold,
     time_to_threshold,
 )
+from rlcore.analysis.tables import k_sweep, load_runs, mean_ci95, table1, to_markdown
 
 
 class TestMeanCI:
@@ -182,7 +182,7 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
 
 
 def test_quality_vs_k_puts_objectives_in_rows_and_k_in_columns(runs: list[dict[str, Any]]):
-    from rlcore.analysis import quality_vs_k, quality_vs_k_markdown
+    from rlcore.analysis.tables import quality_vs_k, quality_vs_k_markdown
 
     (pg,) = quality_vs_k(runs, "areal", "paper")
     # areal K=2 held-out 0.4, 0.5, 0.6 -> 0.5 ± 4.303 * 0.1 / sqrt(3); sync not evaluated
@@ -197,7 +197,7 @@ def test_quality_vs_k_puts_objectives_in_rows_and_k_in_columns(runs: list[dict[s
 def test_quality_vs_k_takes_one_policy_and_shares_the_sync_reference(tmp_path: Path):
     """Only the named policy's runs fill the cells; a sync run of pg is the reference of an
     objective sync did not run (on-policy, the objectives give the same gradient)."""
-    from rlcore.analysis import quality_vs_k, quality_vs_k_markdown
+    from rlcore.analysis.tables import quality_vs_k, quality_vs_k_markdown
 
     fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.3, ttt=None, policy="paper")
     fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.9, ttt=None, policy="areal")
@@ -215,7 +215,7 @@ def test_a_csv_of_rows_with_different_columns_keeps_every_column(tmp_path):
     at K = 1 and 8 only): the CSV has every column, blank where a row has none."""
     import csv
 
-    from rlcore.analysis import write_csv
+    from rlcore.analysis.tables import write_csv
 
     write_csv(tmp_path / "t.csv", [{"objective": "a3po", "K=2/mean": 0.6},
                                   {"objective": "pg", "K=1/mean": 0.7, "K=2/mean": 0.5}])

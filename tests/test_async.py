@@ -16,18 +16,15 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.records import RunLedger
-from rlcore.rundir import validate_summary
+from rlcore.policy.sampler import Draws
+from rlcore.record.ledger import RunLedger
+from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.runners import run_mode
 from rlcore.runners.asynchronous.placement import plan_cpus
-from rlcore.sampler import Draws
 from tests.conftest import small_config
 
 MAX_RETRIES = 1
 
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def async_config(model_dir: Path, mode: str, k: int, interrupt: str, control: str
@@ -316,7 +313,7 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
     a skipped commit is counted, releases its capacity and leaves its samples untrained."""
     from types import SimpleNamespace
 
-    from rlcore.records import build_summary
+    from rlcore.record.ledger import build_summary
     from rlcore.runners.asynchronous.controller import Controller
     from rlcore.runners.asynchronous.messages import SampleMsg, UpdateDone
     from rlcore.runners.common import preflight
@@ -345,7 +342,8 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
         controller.on_message(UpdateDone(0, request.batch_id, False, 0, 0, "stale base", {},
                                          t, t - 0.1, commit_s=0.001))
         assert controller.manager.accepted == 0  # the batch gave its capacity back
-        summary = build_summary(ledger, wall_s=1.0, cold_start_s=0.0, waits=controller.waits,
+        summary = build_summary(ledger.snapshot(), wall_s=1.0, cold_start_s=0.0,
+                                waits=controller.waits,
                                 placement={"cpus": {}, "unpinned_reason": "test"},
                                 load=ledger.load.summary(worker_cpu_s=0.0))
     finally:
@@ -376,7 +374,7 @@ class TestKeepCache:
     """The sampler's keep_kv step: which version each token is tagged with."""
 
     def test_the_token_after_the_switch_keeps_the_old_version(self, cfg: RunConfig):
-        from rlcore.backend import HFPolicy
+        from rlcore.policy.hf_policy import HFPolicy
 
         policy = HFPolicy(cfg.model, cfg.train)
         policy.stop_ids = set()  # no early stop: every row samples all six tokens

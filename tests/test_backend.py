@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlcore.backend import HFPolicy, TrainBatch, load_tokenizer
 from rlcore.config import RunConfig
-from rlcore.sampler import Draws
+from rlcore.policy.hf_policy import HFPolicy, TrainBatch, load_tokenizer
+from rlcore.policy.sampler import Draws
 
 PROMPTS = ["1+2=", "13+27=", "3+4=", "9+9=", "0+0="]  # different lengths: left padding
 

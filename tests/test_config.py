@@ -13,12 +13,12 @@ import pytest
 from rlcore.config import (
     ConfigError,
     RunConfig,
-    apply_overrides,
     config_from_dict,
     load_config,
     read_config_file,
     run_config_schema,
 )
+from rlcore.config.files import apply_overrides
 
 TOP_LEVEL_KEYS = ["base", "eval", "mode", "model", "reward", "rollout", "runtime", "seed",
                   "staleness", "task", "train"]

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from rlcore.config import config_from_dict
-from rlcore.runners import WorkerFailed
+from rlcore.errors import WorkerFailed
 from rlcore.runners.asynchronous.runtime import run_async
 from rlcore.runners.asynchronous.vehicles import Processes, Threads
 from tests.conftest import small_config
@@ -343,7 +343,7 @@ def test_watchdog_leaves_a_run_that_ended_alone(case: str):
 @pytest.fixture
 def trainer_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     """HFPolicy.update raises, but only in a trainer thread."""
-    from rlcore.backend import HFPolicy
+    from rlcore.policy.hf_policy import HFPolicy
 
     update = HFPolicy.update
 

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import figures, staleness_figures, trace_figures
+from rlcore.analysis.figures import staleness as staleness_figures
+from rlcore.analysis.figures import style
+from rlcore.analysis.figures import traces as trace_figures
 
 
 def test_mean_curve_is_pointwise_and_cut_to_the_shortest():
-    mean, ci = figures.mean_curve([[0.0, 1.0, 0.5], [1.0, 0.0]])
+    mean, ci = style.mean_curve([[0.0, 1.0, 0.5], [1.0, 0.0]])
     assert mean == [0.5, 0.5]
     # two values 0 and 1: sd = 0.7071, t(1) = 12.706, half-width = 12.706 * 0.7071 / sqrt(2)
     assert ci == pytest.approx([6.353, 6.353])
@@ -21,22 +23,22 @@ def test_runs_sort_sync_then_threaded_then_areal_then_by_policy_and_k():
     keys = [("areal", "paper", 2, "pg"), ("sync", "none", 0, "pg"),
             ("areal", "paper", 0, "pg"), ("async", "areal", 4, "pg"),
             ("areal", "areal", 8, "pg")]
-    assert sorted(keys, key=figures.config_order) == [
+    assert sorted(keys, key=style.config_order) == [
         ("sync", "none", 0, "pg"), ("async", "areal", 4, "pg"), ("areal", "areal", 8, "pg"),
         ("areal", "paper", 0, "pg"), ("areal", "paper", 2, "pg")]
-    assert figures.config_label("areal", "paper", 2) == "AReaL-style/paper K=2"
-    assert figures.config_label("sync", "none", 0) == "sync K=0"
+    assert style.config_label("areal", "paper", 2) == "AReaL-style/paper K=2"
+    assert style.config_label("sync", "none", 0) == "sync K=0"
 
 
 def test_each_policy_of_a_mode_gets_its_own_shade():
-    colors = figures.arm_colors([("areal", "paper", 0, "pg"), ("areal", "areal", 2, "pg"),
+    colors = style.arm_colors([("areal", "paper", 0, "pg"), ("areal", "areal", 2, "pg"),
                                  ("sync", "none", 0, "pg")])
-    orange = figures.matplotlib.colors.to_rgb(figures.MODE_COLOR["areal"])
+    orange = style.matplotlib.colors.to_rgb(style.MODE_COLOR["areal"])
     assert colors[("areal", "areal")] == pytest.approx(orange)  # first by name
     # second: 45% darker, each channel times 0.55
     assert colors[("areal", "paper")] == pytest.approx(tuple(c * 0.55 for c in orange))
     assert colors[("sync", "none")] == pytest.approx(
-        figures.matplotlib.colors.to_rgb(figures.MODE_COLOR["sync"]))
+        style.matplotlib.colors.to_rgb(style.MODE_COLOR["sync"]))
 
 
 def test_staleness_counts_add_up_over_runs(tmp_path: Path):

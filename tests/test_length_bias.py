@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlcore.length_bias import (
+from rlcore.analysis.figures.length_bias import (
     draw_length_bias,
     length_counts,
     length_rates,

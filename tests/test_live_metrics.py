@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from rlcore.config import config_from_dict
 from rlcore.evaluation import EVAL_SEED, evaluate_run
-from rlcore.live_metrics import TB_DIR, eval_scalars, update_scalars
+from rlcore.record.live_metrics import TB_DIR, eval_scalars, update_scalars
 from rlcore.runners import run_mode
 from tests.conftest import small_config
 

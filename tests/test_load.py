@@ -1,4 +1,5 @@
-"""Contention: other processes' CPU time over a run's measured window (rlcore/load.py)."""
+"""Contention: other processes' CPU time over a run's measured window
+(rlcore/record/machine_load.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from rlcore.config import config_from_dict
-from rlcore.load import CONTENDED_CORES, contention, machine_cpu_seconds, process_age_s
+from rlcore.record.machine_load import (
+    CONTENDED_CORES,
+    contention,
+    machine_cpu_seconds,
+    process_age_s,
+)
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config
 
@@ -58,8 +64,8 @@ def test_process_age_from_its_start_tick(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_a_new_process_is_as_old_as_what_it_did():
     """What `time.startup_s` reads, in a fresh interpreter that slept 0.5 s."""
-    script = ("import time, sys; from rlcore.load import process_age_s; time.sleep(0.5); "
-              "print(process_age_s())")
+    script = ("import time, sys; from rlcore.record.machine_load import process_age_s; "
+              "time.sleep(0.5); print(process_age_s())")
     age = float(subprocess.run([sys.executable, "-c", script], capture_output=True,
                                text=True, check=True).stdout)
     assert 0.5 <= age < 60

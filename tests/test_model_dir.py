@@ -1,5 +1,5 @@
 """An incomplete model directory is refused before anything is written, naming every file it
-lacks (rlcore/model_dir.py), in `rlcore run` and in the pipeline's planning."""
+lacks (rlcore/policy/model_dir.py), in `rlcore run` and in the pipeline's planning."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import yaml
 
 from rlcore.cli import main
 from rlcore.config import ConfigError
-from rlcore.model_dir import check_model_dir, missing_model_files
-from rlcore.stand_in import build_stand_in
+from rlcore.policy.model_dir import check_model_dir, missing_model_files
+from rlcore.policy.stand_in import build_stand_in
 from tests.conftest import small_config
 
 

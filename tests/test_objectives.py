@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from rlcore.objectives import (
+from rlcore.algo.advantages import compute_advantages
+from rlcore.algo.objectives import (
     NO_CORRECTION,
     Correction,
     LossStats,
     a3po_loss,
     a3po_prox_logp,
     behav_clip_loss,
-    compute_advantages,
     decoupled_loss,
     masked_mean,
     pg_loss,

@@ -1,4 +1,4 @@
-"""Paired and unpaired comparisons of objectives (rlcore/paired.py), worked out by hand."""
+"""Paired and unpaired comparisons of objectives (rlcore/analysis/paired.py), worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlcore.paired import paired_markdown, paired_table, welch_ci95
+from rlcore.analysis.paired import paired_markdown, paired_table, welch_ci95
 
 
 def test_welch_interval_by_hand():

@@ -11,9 +11,8 @@ import yaml
 
 from rlcore.cli import main
 from rlcore.config import ConfigError
-from rlcore.memory_watch import shared_memory_free
 from rlcore.runners.asynchronous import runtime
-from rlcore.runners.asynchronous.param_service import check_shared_memory
+from rlcore.runners.asynchronous.weight_slots import check_shared_memory, shared_memory_free
 from tests.conftest import small_config
 
 GIB = 2**30

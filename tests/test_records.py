@@ -1,5 +1,5 @@
 """One record vocabulary: every mode writes the same event types, rows and summary keys, and
-derives each number the same way from them (rlcore/records.py)."""
+derives each number the same way from them (rlcore/record/ledger.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,13 @@ from typing import Any
 
 import pytest
 
-from rlcore.config import config_from_dict
-from rlcore.metrics import merge_spans
-from rlcore.records import EVENT_FIELDS, RunLedger
+from rlcore.algo.metrics import merge_spans
+from rlcore.config import MODES, config_from_dict
+from rlcore.record.ledger import EVENT_FIELDS, RunLedger
+from rlcore.record.rundir import read_jsonl
 from rlcore.runners import run_mode
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config
-
-MODES = ("sync", "async", "areal")
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def key_paths(data: dict[str, Any], prefix: str = "") -> set[str]:
@@ -139,7 +134,7 @@ def test_the_ledger_refuses_an_event_outside_the_vocabulary(cfg, tmp_path: Path)
 def test_state_digest_sees_every_bit_and_name_but_not_dict_order():
     import torch
 
-    from rlcore.backend import state_digest
+    from rlcore.policy.hf_policy import state_digest
 
     a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.5])}
     assert state_digest(a) == state_digest({"b": a["b"].clone(), "w": a["w"].clone()})
@@ -159,7 +154,7 @@ def test_summary_digest_is_the_saved_policy_and_repeats_for_sync(tiny_model_dir:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlcore.backend import state_digest
+    from rlcore.policy.hf_policy import state_digest
 
     cfg = config_from_dict(small_config(tiny_model_dir, train={"updates": 3}))
     first = sync_train(cfg, tmp_path / "a")
@@ -172,14 +167,14 @@ def test_summary_digest_is_the_saved_policy_and_repeats_for_sync(tiny_model_dir:
     assert env["torch"] == torch.__version__ and env["threads_per_role"] == 1
 
 
-@pytest.mark.parametrize("mode", ["sync", "async", "areal"])
+@pytest.mark.parametrize("mode", MODES)
 def test_every_mode_digests_the_policy_it_saved(runs: dict[str, Path], mode: str):
     """In the asynchronous modes the final weights are read back from the parameter service;
     the digest must still be the one of the policy/ directory."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlcore.backend import state_digest
+    from rlcore.policy.hf_policy import state_digest
 
     summary = json.loads((runs[mode] / "summary.json").read_text())
     saved = AutoModelForCausalLM.from_pretrained(runs[mode] / "policy", dtype=torch.float32)

@@ -14,16 +14,13 @@ import torch
 
 from rlcore.cli import main
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.replay import replay_run
+from rlcore.policy.sampler import inverse_cdf, token_uniform
+from rlcore.record.rundir import read_jsonl
+from rlcore.record.schedule import SCHEDULE_FILE, ScheduleError, read_schedule
+from rlcore.replay.replayer import replay_run
 from rlcore.runners import run_mode
-from rlcore.sampler import inverse_cdf, token_uniform
-from rlcore.schedule import SCHEDULE_FILE, ScheduleError, read_schedule
 from tests.conftest import small_config
 from tests.test_code_run import TASKS as CODE_TASKS
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def untimed(row: dict[str, Any]) -> dict[str, Any]:

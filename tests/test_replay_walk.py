@@ -1,4 +1,4 @@
-"""The replay's thread coordination (rlcore/replay_walk.py): waits that are met, a walk that
+"""The replay's thread coordination (rlcore/replay/walk.py): waits that are met, a walk that
 is stuck, and a failure that stops the other threads."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import queue
 import threading
 
-from rlcore.replay_walk import Walk
-from rlcore.schedule import ScheduleError
+from rlcore.record.schedule import ScheduleError
+from rlcore.replay.walk import Walk
 
 
 def run_within(walk: Walk, walkers: dict, followers: dict, seconds: float = 30.0) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rlcore.config import RewardConfig
-from rlcore.reward import evaluate_response, parse_answer
-from rlcore.tasks import Task
+from rlcore.tasks.reward import evaluate_response, parse_answer
+from rlcore.tasks.suites import Task
 
 
 def answer_task(answer: str) -> Task:

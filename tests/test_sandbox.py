@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rlcore.config import RewardConfig
-from rlcore.reward import RewardPool, evaluate_response
-from rlcore.sandbox import UID_BASE, Session, detect_isolation, extract_code, run_tests
-from rlcore.tasks import Task, read_task_file
+from rlcore.tasks.reward import RewardPool, evaluate_response
+from rlcore.tasks.sandbox import UID_BASE, Session, detect_isolation, extract_code, run_tests
+from rlcore.tasks.suites import Task, read_task_file
 from tests.code_solutions import CORRECT, WRONG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +265,7 @@ def test_isolation_is_described():
 
 
 def shipped_tasks() -> list[Task]:
-    data = ROOT / "rlcore" / "data" / "code"
+    data = ROOT / "rlcore" / "tasks" / "data" / "code"
     return read_task_file(data / "train.jsonl") + read_task_file(data / "heldout.jsonl")
 
 

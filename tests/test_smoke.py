@@ -1,5 +1,5 @@
-"""`rlcore smoke` (rlcore/smoke.py) and the process-tree memory watch it relies on
-(rlcore/memory_watch.py)."""
+"""`rlcore smoke` (rlcore/measure/smoke.py) and the process-tree memory watch it relies on
+(rlcore/measure/memory_watch.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rlcore import memory_watch
 from rlcore.cli import main
-from rlcore.memory_watch import TreeWatch, memory_in_use, status_bytes
-from rlcore.stand_in import build_stand_in
+from rlcore.measure import memory_watch
+from rlcore.measure.memory_watch import TreeWatch, memory_in_use, status_bytes
+from rlcore.policy.stand_in import build_stand_in
 
 ROOT = Path(__file__).resolve().parents[1]
 STATUS = """Name:\tpython

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlcore.staleness import (
+from rlcore.algo.staleness import (
     StalenessManager,
     accept_on_arrival,
     admission_capacity,

@@ -1,4 +1,4 @@
-"""The locally built Qwen2.5-Instruct stand-in (rlcore/stand_in.py): Qwen's architecture,
+"""The locally built Qwen2.5-Instruct stand-in (rlcore/policy/stand_in.py): Qwen's architecture,
 special-token ids, chat template and stop ids, with nothing downloaded."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlcore.backend import load_tokenizer
-from rlcore.stand_in import QWEN25_05B, build_model, build_stand_in, build_tokenizer
+from rlcore.policy.hf_policy import load_tokenizer
+from rlcore.policy.stand_in import QWEN25_05B, build_model, build_stand_in, build_tokenizer
 
 
 def test_the_05b_architecture_has_qwen25_05b_parameter_count():

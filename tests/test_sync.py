@@ -12,17 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlcore.backend import HFPolicy, TrainBatch
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.rundir import validate_summary
+from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.sampler import Draws
+from rlcore.policy.stand_in import build_stand_in
+from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.runners.sync import sync_train
-from rlcore.sampler import Draws
-from rlcore.stand_in import build_stand_in
 from tests.conftest import small_config
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,7 +100,7 @@ def test_crash_keeps_previous_complete_run(cfg: RunConfig, tmp_path: Path,
     sync_train(cfg, out)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
 
-    from rlcore.backend import HFPolicy
+    from rlcore.policy.hf_policy import HFPolicy
 
     def boom(self, *args, **kwargs):
         raise RuntimeError("trainer died")
@@ -190,7 +186,7 @@ def test_qwen_class_model_directory_with_chat_template(tmp_path: Path):
         train={"updates": 2, "update_batch_size": 4}))
     summary = sync_train(cfg, tmp_path / "run")
     assert summary["updates"] == 2
-    from rlcore.backend import HFPolicy
+    from rlcore.policy.hf_policy import HFPolicy
 
     policy = HFPolicy(cfg.model, cfg.train)
     assert type(policy.tokenizer).__name__ == "Qwen2Tokenizer"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlcore.config import ConfigError, TaskConfig, config_from_dict
-from rlcore.tasks import ArithSuite, JsonlSuite, TaskFileError, load_suite, read_task_file
+from rlcore.tasks.suites import ArithSuite, JsonlSuite, TaskFileError, load_suite, read_task_file
 
 PROBLEM = re.compile(r"^(\d+)([+\-*])(\d+)=$")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from rlcore.runners.asynchronous.param_service import WeightSlots
 from rlcore.runners.asynchronous.vehicles import Processes
+from rlcore.runners.asynchronous.weight_slots import WeightSlots
 
 # 300 tensors (Qwen2.5-0.5B has 290), two dtypes: more than the 256 file descriptors that
 # Python's fork server passes to a new process, had each tensor its own.

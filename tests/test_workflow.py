@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlcore.stand_in import build_stand_in
+from rlcore.policy.stand_in import build_stand_in
 from tests.conftest import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,36 +309,48 @@ def append_comment(path: Path) -> None:
     path.write_text(path.read_text() + "\n# an edit\n")
 
 
-def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path):
+ALL_BUT_BASE = {"run", "replay", "tables", "figures", "trace_figures", "replay_table"}
+
+
+@pytest.mark.parametrize(("edited", "rerun"), [
+    ("measure/smoke.py", set()),  # measures; no job imports it
+    ("measure/bench.py", set()),
+    ("analysis/figures/style.py", {"tables", "figures", "trace_figures", "replay_table"}),
+    ("analysis/tables.py", {"tables", "figures", "trace_figures", "replay_table"}),
+    ("algo/objectives.py", ALL_BUT_BASE),
+    ("runners/asynchronous/controller.py", ALL_BUT_BASE),
+    ("policy/tiny.py", {"base_model"} | ALL_BUT_BASE),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_code_edits_rerun_what_depends_on_them(pipeline: Path, source_copy: Path, edited: str,
+                                               rerun: set[str]):
+    """Each rule's code digest hashes a part of the package (rlcore/code_digest.py): an edit
+    reruns exactly the jobs of the parts it is in, and what consumes their outputs."""
     assert plan_with_sources(pipeline, source_copy) == {}  # identical sources: up to date
-    append_comment(source_copy / "rlcore" / "figures.py")
+    append_comment(source_copy / "rlcore" / edited)
     jobs = plan_with_sources(pipeline, source_copy)
-    assert set(jobs) - {"all"} == {"figures", "trace_figures"}
-    append_comment(source_copy / "rlcore" / "analysis.py")
-    jobs = plan_with_sources(pipeline, source_copy)
-    assert set(jobs) - {"all"} == {"tables", "figures", "trace_figures", "replay_table"}
-    # the asynchronous runner's controller, wherever under rlcore/runners/ it lives
-    append_comment(next((source_copy / "rlcore" / "runners").rglob("controller.py")))
-    jobs = plan_with_sources(pipeline, source_copy)
-    assert jobs.get("run") == 2 and jobs.get("tables") == 1
+    assert set(jobs) - {"all"} == rerun
+    if "run" in rerun:
+        assert jobs["run"] == len(RUN_IDS) and jobs["replay"] == 2
 
 
-@pytest.mark.parametrize("module", ["evaluation.py", "cli.py"])
+@pytest.mark.parametrize(("module", "builds_base"), [("evaluation.py", False), ("cli.py", True)])
 def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_copy: Path,
-                                                          module: str):
+                                                          module: str, builds_base: bool):
     """eval.json is written by `rlcore run --eval` in the run job (and `rlcore replay --eval`
     in a replay job): an edit of the evaluation (or of the command that calls it) makes every
-    run and replay, and so its eval.json, stale."""
+    run and replay, and so its eval.json, stale. The command also builds the base model."""
     assert params_changed(pipeline, source_copy) == set()
     append_comment(source_copy / "rlcore" / module)
-    # exactly the run and replay jobs' outputs: eval.json and summary.json (the same job)
-    assert params_changed(pipeline, source_copy) == {
-        f"results/{kind}/{run_id}/{name}"
-        for kind, run_id in [*(("runs", r) for r in RUN_IDS),
-                             *(("replays", f"{RUN_IDS[1]}/{o}") for o in ("pg", "decoupled"))]
-        for name in ("summary.json", "eval.json")}
+    # the run and replay jobs' outputs: eval.json and summary.json (the same job)
+    runs = {f"results/{kind}/{run_id}/{name}"
+            for kind, run_id in [*(("runs", r) for r in RUN_IDS),
+                                 *(("replays", f"{RUN_IDS[1]}/{o}") for o in ("pg", "decoupled"))]
+            for name in ("summary.json", "eval.json")}
+    assert params_changed(pipeline, source_copy) == runs | (
+        {"models/tiny"} if builds_base else set())
     jobs = plan_with_sources(pipeline, source_copy)
-    assert jobs.get("run") == 2 and jobs.get("tables") == 1 and "base_model" not in jobs
+    assert jobs.get("run") == 2 and jobs.get("tables") == 1
+    assert ("base_model" in jobs) == builds_base
 
 
 @pytest.mark.parametrize(("edit", "message"), [

@@ -5,8 +5,8 @@
   areal.py      `async_areal_style`: the asynchronous roles as separate processes
   asynchronous/ what the two asynchronous runners share
 
-Importing this package loads no torch: the CLI takes `WorkerFailed` and `die_with_parent`
-from here before it knows which runner it needs.
+Importing this package loads no torch: a runner's module is imported once `run_mode` knows
+which one the config names.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config import RunConfig
-from rlcore.runners.asynchronous.health import WorkerFailed, die_with_parent
 
-__all__ = ["WorkerFailed", "die_with_parent", "run_mode"]
+__all__ = ["run_mode"]
 
 
 def run_mode(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:

@@ -1,25 +1,21 @@
 """What every runner shares besides the ledger: checks, the prompt stream, training batches.
 
 The three runners differ only in scheduling; what a sample goes through between the sampler
-and the optimizer is here and in `rlcore/records.py`, once.
+and the optimizer is here and in `rlcore/record/ledger.py`, once.
 """
 
 from __future__ import annotations
 
-import random
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-import torch
-
-from rlcore.backend import TrainBatch
+from rlcore.algo.advantages import compute_advantages
 from rlcore.config import RunConfig
-from rlcore.model_dir import check_model_dir
-from rlcore.objectives import compute_advantages
-from rlcore.sampler import Generation
-from rlcore.sandbox import detect_isolation
-from rlcore.tasks import Task, load_suite
+from rlcore.policy.hf_policy import TrainBatch
+from rlcore.policy.model_dir import check_model_dir
+from rlcore.policy.sampler import Generation
+from rlcore.tasks.sandbox import detect_isolation
+from rlcore.tasks.suites import Task, load_suite
 
 
 def preflight(cfg: RunConfig) -> list[Task]:
@@ -29,41 +25,6 @@ def preflight(cfg: RunConfig) -> list[Task]:
     if any(t.kind == "code" for t in tasks):
         detect_isolation(cfg.reward)  # no usable sandbox: fail now, not at the first reward
     return tasks
-
-
-def set_threads(cfg: RunConfig) -> None:
-    """The per-role CPU thread budget, the same in every mode so that modes are matched."""
-    torch.set_num_threads(cfg.runtime.threads_per_role)
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One dispatched prompt: a task and the id of its group of samples."""
-
-    group_id: int
-    task: Task
-
-
-class PromptStream:
-    """Training prompts in seeded epochs of shuffled order, identical across runners."""
-
-    def __init__(self, tasks: Sequence[Task], seed: int):
-        self._tasks = list(tasks)
-        self._rng = random.Random(seed)
-        self._prompts = self._epochs()
-
-    def _epochs(self) -> Iterator[Prompt]:
-        group_id = 0
-        while True:
-            order = list(self._tasks)
-            self._rng.shuffle(order)
-            for task in order:
-                yield Prompt(group_id, task)
-                group_id += 1
-
-    def take(self, n: int) -> list[Prompt]:
-        """The next n prompts."""
-        return [next(self._prompts) for _ in range(n)]
 
 
 def train_batch(rewards: Sequence[float], group_ids: Sequence[int],

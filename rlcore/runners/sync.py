@@ -14,14 +14,16 @@ from typing import Any
 
 import torch
 
-from rlcore.backend import HFPolicy
 from rlcore.config import RunConfig
-from rlcore.records import IN_PLACE_COMMIT, RunLedger
-from rlcore.reward import RewardPool
-from rlcore.runners.common import Progress, PromptStream, preflight, set_threads, train_batch
-from rlcore.sampler import Draws
-from rlcore.schedule import GenerationRecord, TrainerOp
-from rlcore.tasks import Task
+from rlcore.policy.device import set_threads
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.sampler import Draws
+from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
+from rlcore.record.schedule import GenerationRecord, TrainerOp
+from rlcore.runners.common import Progress, preflight, train_batch
+from rlcore.tasks.prompts import PromptStream
+from rlcore.tasks.reward import RewardPool
+from rlcore.tasks.suites import Task
 
 # Both roles live in this one process; the names its spans and samples carry.
 ROLLOUT, CONTROLLER, TRAINER = "rollout0", "controller", "trainer0"

@@ -27,6 +27,6 @@ rule tables:
         "../envs/rlcore.yaml"
     params:
         k_axis=config["figures"]["k_axis"],
-        code=sources_hash(["rlcore/analysis.py", "workflow/scripts/tables.py"]),
+        code=analysis_code("tables.py"),
     script:
         "../scripts/tables.py"

@@ -21,6 +21,6 @@ rule base_model:
     conda:
         "../envs/rlcore.yaml"
     params:
-        code=sources_hash(["rlcore/tiny.py", "rlcore/tasks.py"]),
+        code=BASE_CODE,
     shell:
         "rlcore build-base {output} --config {input.config} --force > {log} 2>&1"

@@ -1,14 +1,14 @@
 # The grid, the resolved run settings of each grid point, and the input functions.
 import copy
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from snakemake.utils import validate
 
-from rlcore.config import config_from_dict
-from rlcore.model_dir import missing_model_files
+from rlcore.code_digest import analysis_files, base_files, digest, runtime_files
+from rlcore.config import MODES, config_from_dict
+from rlcore.policy.model_dir import missing_model_files
 
 validate(config, "../schemas/config.schema.yaml")
 # The run section resolved in full once (defaults filled in, errors raised before any job
@@ -17,29 +17,20 @@ config["run"] = config_from_dict(config["run"]).to_dict()
 
 R = config["results"]  # every output lives below this directory
 
+# Each rule's code digest is a parameter, so an edit reruns exactly what it can change: the
+# base part for the base model, the runtime part for runs and replays, the analysis part
+# (plus the rule's script) for tables and figures (rlcore/code_digest.py says which files
+# each part holds).
 SOURCES = Path(workflow.basedir)
-# What a run job's results (summary.json and eval.json) depend on, for `rule run`'s digest.
-# The rule: every module of the package (rlcore/**/*.py, found by a glob so that moved or new
-# files count without an edit here) and the task data it ships, EXCEPT the modules that only
-# read finished runs (tables, figures, the benchmark), so that editing those reruns only the
-# tables and figures. cli.py (`rlcore run --eval`) and evaluation.py write eval.json: runtime.
-ANALYSIS_SOURCES = (
-    "rlcore/analysis.py",
-    "rlcore/figures.py",
-    "rlcore/trace_figures.py",
-    "rlcore/staleness_figures.py",
-    "rlcore/length_bias.py",
-    "rlcore/paired.py",
-    "rlcore/bench.py",
-)
-RUNTIME_SOURCES = sorted(
-    p
-    for p in (
-        *(SOURCES / "rlcore").rglob("*.py"),
-        *(SOURCES / "rlcore").glob("data/**/*.jsonl"),
+BASE_CODE = digest(SOURCES, base_files(SOURCES))
+RUNTIME_CODE = digest(SOURCES, runtime_files(SOURCES))
+
+
+def analysis_code(script):
+    """The digest of the analysis package and one of workflow/scripts/."""
+    return digest(
+        SOURCES, [*analysis_files(SOURCES), SOURCES / "workflow" / "scripts" / script]
     )
-    if p.relative_to(SOURCES).as_posix() not in ANALYSIS_SOURCES
-)
 
 
 def _merge(base, extra):
@@ -102,7 +93,7 @@ REPLAY_ID = "{mode}/{policy}/k{k}/{objective}/seed{seed}/{replayed}"
 
 
 wildcard_constraints:
-    mode="sync|async|areal",
+    mode="|".join(MODES),
     policy="[a-z][a-z0-9_]*",
     k=r"\d+",
     objective="pg|behav_clip|decoupled|a3po",
@@ -124,16 +115,6 @@ def run_settings(wildcards):
         },
     )
     return config_from_dict(settings).to_dict()
-
-
-def sources_hash(paths):
-    """A digest of source files: Snakemake does not track imported modules by itself."""
-    digest = hashlib.sha256()
-    for path in paths:
-        path = SOURCES / path
-        digest.update(str(path.relative_to(SOURCES)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def base_settings():
@@ -269,18 +250,6 @@ FIGURES = (
     "length_bias",
 )
 TRACE_FIGURES = ("queue_depth", "worker_activity")
-
-
-PLOT_CODE = sources_hash(
-    [
-        "rlcore/figures.py",
-        "rlcore/trace_figures.py",
-        "rlcore/staleness_figures.py",
-        "rlcore/analysis.py",
-        "rlcore/length_bias.py",
-        "workflow/scripts/figures.py",
-    ]
-)
 
 
 def figure(name, subcategory):

@@ -28,7 +28,7 @@ rule figures:
         "../envs/rlcore.yaml"
     params:
         k_axis=config["figures"]["k_axis"],
-        code=PLOT_CODE,
+        code=analysis_code("figures.py"),
     script:
         "../scripts/figures.py"
 
@@ -48,6 +48,6 @@ rule trace_figures:
     params:
         modes=grid_modes(),
         window=config["figures"]["window_s"],
-        code=PLOT_CODE,
+        code=analysis_code("figures.py"),
     script:
         "../scripts/figures.py"

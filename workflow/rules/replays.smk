@@ -20,7 +20,7 @@ rule replay:
     params:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
-        code=sources_hash(RUNTIME_SOURCES),
+        code=RUNTIME_CODE,
     shell:
         "exec rlcore replay {params.run_dir} --out {params.out_dir} "
         "--set train.objective={wildcards.replayed} --force --eval --exit-with-parent "
@@ -45,13 +45,6 @@ rule replay_table:
     conda:
         "../envs/rlcore.yaml"
     params:
-        code=sources_hash(
-            [
-                "rlcore/paired.py",
-                "rlcore/analysis.py",
-                "rlcore/staleness_figures.py",
-                "workflow/scripts/replays.py",
-            ]
-        ),
+        code=analysis_code("replays.py"),
     script:
         "../scripts/replays.py"

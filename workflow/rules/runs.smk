@@ -14,7 +14,7 @@ rule run_config:
 rule run:
     # Trains, then scores the final policy on the held-out split (`--eval`, eval.json) in the
     # same process on the same GPUs: torch and the run's device are already set up, and the
-    # Snakemake process itself never imports torch. RUNTIME_SOURCES covers both steps.
+    # Snakemake process itself never imports torch. RUNTIME_CODE covers both steps.
     input:
         config=f"{R}/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.json",
         base=base_input,
@@ -29,7 +29,7 @@ rule run:
         gpu=2,
     params:
         run_dir=lambda wildcards, output: os.path.dirname(output.summary),
-        code=sources_hash(RUNTIME_SOURCES),
+        code=RUNTIME_CODE,
     # exec: rlcore replaces the shell and becomes Snakemake's own child, so that with
     # --exit-with-parent a killed Snakemake takes the run (and its workers) with it.
     shell:

@@ -1,12 +1,14 @@
-"""The paper's figures from the runs (rlcore.figures, rlcore.trace_figures); one script for
-both figure rules."""
+"""The paper's figures from the runs (rlcore.analysis.figures); one script for both figure
+rules."""
 
 from pathlib import Path
 
-from rlcore import figures, staleness_figures
-from rlcore import trace_figures as traces_of
-from rlcore.analysis import logged, run_row
-from rlcore.length_bias import draw_length_bias, runs_by_k
+from rlcore.analysis.figures import learning as figures
+from rlcore.analysis.figures import staleness as staleness_figures
+from rlcore.analysis.figures import traces as traces_of
+from rlcore.analysis.figures.length_bias import draw_length_bias, runs_by_k
+from rlcore.analysis.figures.style import MODE_LABEL
+from rlcore.analysis.tables import logged, run_row
 
 
 def grid_figures(smk):
@@ -23,7 +25,7 @@ def grid_figures(smk):
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
     axis = smk.params.k_axis
     draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg,
-                     f"{figures.MODE_LABEL[axis['mode']]}, policy {axis['policy']}")
+                     f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}")
 
 
 def trace_figures(smk):

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from rlcore.analysis import logged, run_row, write_csv
-from rlcore.paired import paired_markdown, paired_table, replay_row
-from rlcore.staleness_figures import draw_quality_vs_k_replayed
+from rlcore.analysis.figures.staleness import draw_quality_vs_k_replayed
+from rlcore.analysis.paired import paired_markdown, paired_table, replay_row
+from rlcore.analysis.tables import logged, run_row, write_csv
 
 
 def main(smk):

@@ -1,8 +1,8 @@
-"""Table 1 and the K sweep from the runs' summaries and evaluations (rlcore.analysis)."""
+"""Table 1 and the K sweep from the runs' summaries and evaluations (rlcore.analysis.tables)."""
 
 from pathlib import Path
 
-from rlcore.analysis import (
+from rlcore.analysis.tables import (
     K_SWEEP,
     TABLE1,
     k_sweep,

@@ -4,7 +4,7 @@
   vehicles.py       what carries the roles: worker processes (AReaL-style) or threads
   interfaces.py     the Protocols a role sees (queues, flags, counters, its context)
   messages.py       the picklable messages between the roles
-  controller.py     dispatch, reward, the staleness rules (rlcore/staleness.py), batching
+  controller.py     dispatch, reward, the staleness rules (rlcore/algo/staleness.py), batching
   rollout.py        the rollout worker: chunked generation, interrupts
   trainer.py        the trainer worker: updates proposed for commit
   param_service.py  the one writer of the policy and its version clock

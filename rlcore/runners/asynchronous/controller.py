@@ -2,11 +2,11 @@
 
 It is transport-agnostic: the AReaL-style runtime feeds it messages from worker processes,
 the threaded baseline from threads; the rules are the same for both (paper §4.2). They are
-pure functions of `rlcore/staleness.py`: the filter on arrival (`filter`, the paper's
+pure functions of `rlcore/algo/staleness.py`: the filter on arrival (`filter`, the paper's
 Listing 1) and the check at batch formation (always); admission (`throttle`, AReaL eq. 1) is
 applied by its `Dispatcher` (`dispatch.py`). `rollout_train_ratio` (Parallel Q-Learning's
 beta) holds generated samples per update at a fixed ratio by making the faster side wait.
-Every decision is recorded through the run ledger (`rlcore/records.py`); the controller keeps
+Every decision is recorded through the run ledger (`rlcore/record/ledger.py`); the controller keeps
 only what it schedules with.
 """
 
@@ -17,9 +17,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore.algo.staleness import (
+    StalenessManager,
+    accept_on_arrival,
+    fresh_for_batch,
+    rollout_version,
+    staleness,
+)
 from rlcore.config import RunConfig
-from rlcore.records import RunLedger
-from rlcore.reward import RewardPool
+from rlcore.policy.sampler import Generation
+from rlcore.record.ledger import RunLedger
 from rlcore.runners.asynchronous.dispatch import Dispatcher
 from rlcore.runners.asynchronous.interfaces import Channels
 from rlcore.runners.asynchronous.messages import (
@@ -31,16 +38,10 @@ from rlcore.runners.asynchronous.messages import (
     TrainRequest,
     UpdateDone,
 )
-from rlcore.runners.common import Progress, Prompt, train_batch
-from rlcore.sampler import Generation
-from rlcore.staleness import (
-    StalenessManager,
-    accept_on_arrival,
-    fresh_for_batch,
-    rollout_version,
-    staleness,
-)
-from rlcore.tasks import Task
+from rlcore.runners.common import Progress, train_batch
+from rlcore.tasks.prompts import Prompt
+from rlcore.tasks.reward import RewardPool
+from rlcore.tasks.suites import Task
 
 
 @dataclass
@@ -123,10 +124,10 @@ class Controller:
                 self.ledger.generation(msg.generation)
             for e in msg.events:
                 self.on_event(e)
-            for m in msg.samples:
-                self.on_sample(m)
-            for m in msg.interrupted:
-                self.on_interrupted(m)
+            for sample in msg.samples:
+                self.on_sample(sample)
+            for cut in msg.interrupted:
+                self.on_interrupted(cut)
         elif isinstance(msg, RewardsReady):
             while self.scored:
                 self.on_scored(*self.scored.popleft())
@@ -224,6 +225,7 @@ class Controller:
             self.ledger.settle(item.sample_id, "accepted", current_version=msg.base_version,
                                batch_id=msg.batch_id)
         t = self.ledger.on_clock(msg.t_commit)
+        assert msg.commit_s is not None, "an applied update was proposed"
         stats = {**msg.stats, "time/commit_s": msg.commit_s}
         row = self.ledger.record_update(msg.version, msg.batch_id,
                                         [i.sample_id for i in items], stats, t_commit=t)
@@ -270,7 +272,7 @@ class Controller:
         self.ledger.busy("controller", time.monotonic() - now)
         if now - self._last_depths >= 0.025:
             self._last_depths = now
-            counters = list(self.ch.counters)
+            counters = [self.ch.counters[i] for i in range(len(self.ch.counters))]
             taken, sent = sum(counters[0::2]), sum(counters[1::2])
             d = self.dispatch
             self.ledger.event("queues", prompt_queue=d.dispatched - taken,

@@ -4,7 +4,7 @@ The controller's other half. It draws prompts from the shared `PromptStream` (th
 as the sync runner) and sends them, a group of `rollout.group_size` slots per prompt, while
 the rules allow:
   * at most two batches in flight, so rollout always has the next batch queued;
-  * `throttle`: AReaL's eq. 1 (`rlcore/staleness.py::admission_capacity`), so rollout runs
+  * `throttle`: AReaL's eq. 1 (`rlcore/algo/staleness.py::admission_capacity`), so rollout runs
     at most K batches ahead of training;
   * `rollout_train_ratio` (Parallel Q-Learning's beta): generation held at beta x B per
     update, unless the trainer is starving (then rollout is the slow side).
@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
+from rlcore.algo.staleness import StalenessManager
 from rlcore.config import RunConfig
 from rlcore.runners.asynchronous.interfaces import Queue
 from rlcore.runners.asynchronous.messages import PromptSlot
-from rlcore.runners.common import Prompt, PromptStream
-from rlcore.staleness import StalenessManager
-from rlcore.tasks import Task
+from rlcore.tasks.prompts import Prompt, PromptStream
+from rlcore.tasks.suites import Task
 
 
 class Dispatcher:

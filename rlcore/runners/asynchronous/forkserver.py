@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext
 
 # What every worker imports; the server imports it once, before the first fork.
 WORKER_MODULES = [
@@ -23,10 +23,11 @@ WORKER_MODULES = [
 ]
 
 
-def context() -> BaseContext:
+def context() -> ForkServerContext:
     """The `forkserver` context, its server started (once per process) with the workers'
     modules preloaded."""
     ctx = multiprocessing.get_context("forkserver")
+    assert isinstance(ctx, ForkServerContext)
     ctx.set_forkserver_preload(WORKER_MODULES)
     multiprocessing.forkserver.ensure_running()
     return ctx

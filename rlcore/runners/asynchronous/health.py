@@ -15,13 +15,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-
-class WorkerFailed(RuntimeError):
-    """A worker raised or died; the message names it and carries its traceback."""
+from rlcore.errors import WorkerFailed
 
 
 def worker_failed(worker: str, detail: str) -> WorkerFailed:
@@ -57,7 +55,8 @@ def die_with_parent(parent_pid: int, main_pid: int | None = None) -> None:
 class Watched(Protocol):
     """What the watchdog looks at: the workers' deaths and who said it stopped."""
 
-    stopped: dict[str, object]
+    @property
+    def stopped(self) -> Mapping[str, object]: ...
 
     def dead(self) -> dict[str, str]: ...
 

@@ -8,17 +8,8 @@ counters only through these Protocols, so the same role code runs as a thread
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    import torch
-
-    from rlcore.config import RunConfig
-    from rlcore.runners.asynchronous.param_service import WeightSlots
+from typing import Any, Protocol, TypeVar
 
 
 class Queue(Protocol):
@@ -26,7 +17,7 @@ class Queue(Protocol):
 
     def put(self, obj: Any) -> None: ...
 
-    def get(self, timeout: float | None = None) -> Any:
+    def get(self, *, timeout: float | None = None) -> Any:
         """The next message; raises queue.Empty after `timeout` seconds (None: wait)."""
         ...
 
@@ -70,37 +61,20 @@ class Channels(Protocol):
     counters: Counters
 
 
-@dataclass
-class WorkerContext:
-    """Everything one role needs: its config, name, device and the shared channels."""
+class Launch(Protocol):
+    """What a vehicle reads of a role's context to start it (`contexts.WorkerContext`)."""
 
-    cfg: RunConfig
     name: str
-    index: int
-    device: torch.device | None
-    slots: WeightSlots
-    inbox: Queue
-    prompt_q: Queue
-    start: Flag
-    stop: Flag
-    counters: Counters
-    trainer_q: Queue | None = None
-    commit_q: Queue | None = None
-    ack_q: Queue | None = None
-    ack_qs: list[Queue] | None = None
-    cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
-    own_process: bool = False  # a process of its own, whose CPU time the main one does not see
+    inbox: Queue  # where a failing role's traceback goes
+    cpus: tuple[int, ...] | None  # cores to pin the role to (None: not pinned)
 
-    def pid(self) -> int:
-        return os.getpid()
-
-    def own_cpu_s(self) -> float:
-        """CPU seconds of this worker's process so far; 0 for a thread, whose CPU time the
-        main process counts itself (`rlcore/load.py`)."""
-        return time.process_time() if self.own_process else 0.0
+    @property
+    def threads(self) -> int:
+        """torch's CPU threads for the role."""
+        ...
 
 
-Role = Callable[[WorkerContext], None]
+L = TypeVar("L", bound=Launch)
 
 
 class Vehicle(Protocol):
@@ -117,7 +91,7 @@ class Vehicle(Protocol):
 
     def locked_array(self, n: int) -> LockedArray: ...
 
-    def start(self, name: str, fn: Role, ctx: WorkerContext) -> None: ...
+    def start(self, name: str, fn: Callable[[L], None], ctx: L) -> None: ...
 
     def dead(self) -> dict[str, str]:
         """Workers that have ended, with how."""

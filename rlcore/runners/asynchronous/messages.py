@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.backend import TrainBatch
-from rlcore.schedule import GenerationRecord, TrainerOp
+from rlcore.policy.hf_policy import TrainBatch
+from rlcore.record.schedule import GenerationRecord, TrainerOp
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Listing 3). On a newer version it reloads the current weights and then, per
                         no re-prefill (SkyRL, PipelineRL); each token keeps the version of
                         the weights that computed its logits.
 Generations that already ended are complete and are emitted as they are. Each batch's
-message carries its schedule record: rows, versions, swaps and cuts (`rlcore/schedule.py`).
+message carries its schedule record: rows, versions, swaps and cuts (`rlcore/record/schedule.py`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import queue
 import time
 from collections import deque
 
-from rlcore.backend import HFPolicy
-from rlcore.runners.asynchronous.interfaces import WorkerContext
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.sampler import ChunkedSampler, Draws
+from rlcore.record.schedule import GenerationRecord
+from rlcore.runners.asynchronous.contexts import RolloutContext
 from rlcore.runners.asynchronous.messages import (
     Event,
     InterruptedMsg,
@@ -31,14 +33,12 @@ from rlcore.runners.asynchronous.messages import (
     SampleMsg,
     Stopped,
 )
-from rlcore.sampler import ChunkedSampler, Draws
-from rlcore.schedule import GenerationRecord
 
 
 class PromptFeed:
     """Prompts arrive as lists (one message per group); generation takes up to `limit`."""
 
-    def __init__(self, ctx: WorkerContext, limit: int):
+    def __init__(self, ctx: RolloutContext, limit: int):
         self.ctx, self.limit = ctx, limit
         self.held: deque[PromptSlot] = deque()
 
@@ -59,7 +59,7 @@ class PromptFeed:
         return [self.held.popleft() for _ in range(n)]
 
 
-def rollout_main(ctx: WorkerContext) -> None:
+def rollout_main(ctx: RolloutContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, generate until told to stop."""
     cfg, ro = ctx.cfg, ctx.cfg.rollout
     t_load = time.monotonic()

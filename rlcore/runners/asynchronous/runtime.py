@@ -15,24 +15,30 @@ from typing import Any
 
 import torch
 
-from rlcore.backend import HFPolicy, resolve_device
 from rlcore.config import RunConfig
-from rlcore.memory_watch import shared_memory_free
-from rlcore.records import RunLedger
+from rlcore.policy.device import resolve_device, set_threads
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.record.ledger import RunLedger
+from rlcore.runners.asynchronous.contexts import (
+    ParamServiceContext,
+    RolloutContext,
+    TrainerContext,
+)
 from rlcore.runners.asynchronous.controller import Controller
 from rlcore.runners.asynchronous.health import Watchdog, WorkerFailed, worker_failed
-from rlcore.runners.asynchronous.interfaces import Vehicle, WorkerContext
+from rlcore.runners.asynchronous.interfaces import Vehicle
 from rlcore.runners.asynchronous.messages import Ready, Stopped, WorkerError
-from rlcore.runners.asynchronous.param_service import (
-    WeightSlots,
-    check_shared_memory,
-    param_service_main,
-    trainable_spec,
-)
+from rlcore.runners.asynchronous.param_service import param_service_main
 from rlcore.runners.asynchronous.placement import placement
 from rlcore.runners.asynchronous.rollout import rollout_main
 from rlcore.runners.asynchronous.trainer import trainer_main
-from rlcore.runners.common import preflight, set_threads
+from rlcore.runners.asynchronous.weight_slots import (
+    WeightSlots,
+    check_shared_memory,
+    shared_memory_free,
+    trainable_spec,
+)
+from rlcore.runners.common import preflight
 
 POLL_S = 0.05
 
@@ -69,25 +75,25 @@ class Runtime:
         self.cpus, self.unpinned_reason = placement(rt, self.devices)
         self.watchdog = Watchdog(self) if vehicle.processes else None
 
-    def _ctx(self, name: str, index: int, device: torch.device | None, **kw: Any
-             ) -> WorkerContext:
-        return WorkerContext(self.cfg, name, index, device, self.slots, self.inbox,
-                             self.prompt_q, self.start_evt, self.stop_evt, self.counters,
-                             own_process=self.v.processes, **kw)
+    def _common(self, name: str, index: int) -> dict[str, Any]:
+        return dict(cfg=self.cfg, name=name, index=index, inbox=self.inbox,
+                    start=self.start_evt, slots=self.slots, cpus=self.cpus.get(name),
+                    own_process=self.v.processes)
 
     def launch(self) -> None:
-        self.v.start("param_service", param_service_main, self._ctx(
-            "param_service", 0, None, commit_q=self.commit_q, ack_qs=self.ack_qs))
+        self.v.start("param_service", param_service_main, ParamServiceContext(
+            **self._common("param_service", 0), commit_q=self.commit_q, ack_qs=self.ack_qs))
         for i in range(self.n_rollout):
             name = f"rollout{i}"
-            self.v.start(name, rollout_main, self._ctx(
-                name, i, self.devices["rollout"], cpus=self.cpus.get(name)))
+            self.v.start(name, rollout_main, RolloutContext(
+                **self._common(name, i), device=self.devices["rollout"],
+                prompt_q=self.prompt_q, counters=self.counters, stop=self.stop_evt))
         for i in range(self.n_trainer):
             name = f"trainer{i}"
-            self.v.start(name, trainer_main, self._ctx(
-                name, i, self.devices["trainer"],
+            self.v.start(name, trainer_main, TrainerContext(
+                **self._common(name, i), device=self.devices["trainer"],
                 trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
-                cpus=self.cpus.get(name)))
+                stop=self.stop_evt))
         if self.watchdog is not None:
             self.watchdog.start()
 
@@ -152,13 +158,15 @@ class Runtime:
                          load_s=r.load_s, cpus=r.cpus)
         return cold
 
-    def drive(self, controller: Controller) -> None:
+    def drive(self, controller: Controller) -> float:
+        """Feed the controller until the last update; returns when that update committed."""
         self.start_evt.set()
-        while not controller.done:
+        while controller.t_done is None:
             msg = self.receive()
             if msg is not None:
                 controller.on_message(msg)
             controller.pump()
+        return controller.t_done
 
     def stop(self, controller: Controller) -> None:
         """Stop rollout and trainers, then the parameter service; process what they flush."""
@@ -202,8 +210,8 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
         cold_start_s = runtime.barrier(ledger)
         controller = Controller(cfg, tasks, ledger, runtime, runtime.n_trainer)
         ledger.event("run_start", cold_start_s=cold_start_s)
-        runtime.drive(controller)
-        wall_s = ledger.on_clock(controller.t_done)
+        t_done = runtime.drive(controller)
+        wall_s = ledger.on_clock(t_done)
         runtime.stop(controller)
         controller.flush_buffer()
         for s in runtime.stopped.values():

@@ -23,8 +23,9 @@ import math
 import queue
 import time
 
-from rlcore.backend import HFPolicy
-from rlcore.runners.asynchronous.interfaces import WorkerContext
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.record.schedule import TrainerOp
+from rlcore.runners.asynchronous.contexts import TrainerContext
 from rlcore.runners.asynchronous.messages import (
     CommitAck,
     CommitRequest,
@@ -33,13 +34,12 @@ from rlcore.runners.asynchronous.messages import (
     TrainRequest,
     UpdateDone,
 )
-from rlcore.schedule import TrainerOp
 
 
 class Trainer:
     """One trainer role: its policy, its staging slot and its pending commit."""
 
-    def __init__(self, ctx: WorkerContext):
+    def __init__(self, ctx: TrainerContext):
         self.ctx, self.cfg = ctx, ctx.cfg
         self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device)
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
@@ -123,7 +123,7 @@ class Trainer:
                                  ops=self.report()))
 
 
-def trainer_main(ctx: WorkerContext) -> None:
+def trainer_main(ctx: TrainerContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, train until a None request."""
     t_load = time.monotonic()
     trainer = Trainer(ctx)
@@ -135,7 +135,7 @@ def trainer_main(ctx: WorkerContext) -> None:
     ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0))
 
 
-def _wait_ack(ctx: WorkerContext) -> CommitAck | None:
+def _wait_ack(ctx: TrainerContext) -> CommitAck | None:
     """The parameter service's answer; None if the run is stopping and none came in 5 s
     (the service is gone: a failed run being torn down)."""
     waited = 0.0

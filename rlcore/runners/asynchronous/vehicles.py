@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,15 +27,21 @@ from rlcore.runners.asynchronous.interfaces import (
     Counters,
     Ends,
     Flag,
+    L,
     LockedArray,
     Queue,
-    Role,
-    WorkerContext,
 )
 from rlcore.runners.asynchronous.messages import WorkerError
 
 
-def _run_role(fn: Role, ctx: WorkerContext) -> bool:
+def _parent_pid() -> int:
+    """The pid of the process that started this one (multiprocessing's parent)."""
+    parent = multiprocessing.parent_process()
+    assert parent is not None and parent.pid is not None, "not a multiprocessing child"
+    return parent.pid
+
+
+def _run_role(fn: Callable[[L], None], ctx: L) -> bool:
     try:
         fn(ctx)
         return True
@@ -43,17 +50,17 @@ def _run_role(fn: Role, ctx: WorkerContext) -> bool:
         return False
 
 
-def _process_entry(fn: Role, ctx: WorkerContext) -> None:
+def _process_entry(fn: Callable[[L], None], ctx: L) -> None:
     # The OS parent is the fork server, which dies with the main process (forkserver_init).
-    die_with_parent(os.getppid(), main_pid=multiprocessing.parent_process().pid)
+    die_with_parent(os.getppid(), main_pid=_parent_pid())
     if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
         os.sched_setaffinity(0, ctx.cpus)
-    torch.set_num_threads(ctx.cfg.runtime.threads_per_role)
+    torch.set_num_threads(ctx.threads)
     if not _run_role(fn, ctx):
         sys.exit(1)
 
 
-def _thread_entry(fn: Role, ctx: WorkerContext) -> None:
+def _thread_entry(fn: Callable[[L], None], ctx: L) -> None:
     if ctx.cpus is not None:  # on Linux the affinity of pid 0 is the calling thread's
         os.sched_setaffinity(0, ctx.cpus)
     _run_role(fn, ctx)
@@ -107,7 +114,7 @@ class Processes:
     def locked_array(self, n: int) -> LockedArray:
         return self.mp.Array("q", n)
 
-    def start(self, name: str, fn: Role, ctx: WorkerContext) -> None:
+    def start(self, name: str, fn: Callable[[L], None], ctx: L) -> None:
         p = self.mp.Process(target=_process_entry, args=(fn, ctx), name=name, daemon=True)
         p.start()
         self.handles[name] = p
@@ -141,7 +148,8 @@ class Threads:
         self.handles: dict[str, threading.Thread] = {}
 
     def queue(self) -> Queue:
-        return queue.Queue()
+        q: queue.Queue[Any] = queue.Queue()
+        return q
 
     def flag(self) -> Flag:
         return threading.Event()
@@ -152,7 +160,7 @@ class Threads:
     def locked_array(self, n: int) -> LockedArray:
         return multiprocessing.Array("q", n)  # works in-process too, and brings its lock
 
-    def start(self, name: str, fn: Role, ctx: WorkerContext) -> None:
+    def start(self, name: str, fn: Callable[[L], None], ctx: L) -> None:
         t = threading.Thread(target=_thread_entry, args=(fn, ctx), name=name, daemon=True)
         t.start()
         self.handles[name] = t

@@ -1,0 +1,1 @@
+"""Pure math: objectives, advantages, staleness rules and run metrics."""

@@ -1,0 +1,1 @@
+"""Reads finished run directories only: tables, paired statistics and figures."""

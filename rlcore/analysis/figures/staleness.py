@@ -1,0 +1,185 @@
+"""The staleness figures of the grid: held-out quality against throughput and against K, and
+the staleness histograms (the length-bias figure is in `rlcore/analysis/figures/length_bias.py`).
+
+The data comes from pure functions; the `draw_*` functions lay it out with the styles of
+`rlcore/analysis/figures/learning.py` (colours per mode and policy, labels, PNG and SVG output).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from rlcore.analysis.figures.style import (
+    LABEL_OFFSET,
+    MODE_LABEL,
+    MODE_MARKER,
+    Row,
+    arm_colors,
+    config_label,
+    group_rows,
+    objective_axes,
+    objectives_of,
+    panel_legend,
+    plt,
+    save,
+)
+from rlcore.analysis.tables import mean_ci95, quality_vs_k
+
+
+def staleness_counts(run_dirs: Iterable[Path]) -> dict[str, dict[int, int]]:
+    """Per-sample staleness histograms of accepted and stale-dropped samples, summed."""
+    out: dict[str, dict[int, int]] = {"accepted": {}, "dropped_stale": {}}
+    for d in run_dirs:
+        per_sample = json.loads((d / "staleness.json").read_text())["per_sample"]
+        for kind, counts in out.items():
+            for s, n in per_sample.get(kind, {}).items():
+                counts[int(s)] = counts.get(int(s), 0) + n
+    return out
+
+
+def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
+                            svg: str | Path) -> None:
+    """Held-out pass rate against accepted samples/s for every K: the staleness trade-off."""
+    groups = group_rows(rows)  # in K order within each (mode, policy)
+    objectives, colors = objectives_of(groups), arm_colors(groups)
+    fig, axes = objective_axes(objectives, height=4.0)
+    for objective, ax in zip(objectives, axes, strict=True):
+        for arm, color in colors.items():
+            mode, policy = arm
+            points = []
+            for (m, p, k, o), members in groups.items():
+                if (m, p) != arm or o != objective:
+                    continue
+                x, xe = mean_ci95([r["accepted_samples_per_s"] for r in members])
+                quality = [r["heldout_pass_rate"] for r in members
+                           if r["heldout_pass_rate"] is not None]
+                if not quality:
+                    continue
+                y, ye = mean_ci95(quality)
+                points.append((x, y))
+                ax.errorbar(x, y, xerr=xe, yerr=ye, color=color, marker=MODE_MARKER[mode],
+                            capsize=2, markersize=5,
+                            label=config_label(mode, policy, k).rsplit(" K=", 1)[0]
+                            if len(points) == 1 else None)
+                ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],
+                            textcoords="offset points", fontsize=7, color=color,
+                            ha="right" if mode == "sync" else "left")
+            if len(points) > 1:
+                ax.plot(*zip(*points, strict=True), color=color, linewidth=0.8, alpha=0.6)
+        ax.set_xlabel("accepted samples per second (throughput)")
+    axes[0].set_ylabel("held-out sampled pass rate")
+    fig.legend(*panel_legend(axes), loc="outside right center", fontsize=8,
+               title="mean ± 95% CI\nover seeds", title_fontsize=7)
+    save(fig, png, svg)
+
+
+def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
+    """Staleness of accepted and stale-dropped samples, one panel per asynchronous
+    (mode, policy, K)."""
+    by_config: dict[tuple[str, str, int], list[Path]] = {}
+    groups = group_rows(rows)
+    colors = arm_colors(groups)
+    for (mode, policy, k, _), members in groups.items():
+        if mode != "sync":
+            by_config.setdefault((mode, policy, k), []).extend(
+                Path(r["run_dir"]) for r in members)
+    if not by_config:  # a sync-only grid: one panel of its samples, all of staleness 0
+        by_config = {("sync", rows[0]["policy"], 0): [Path(r["run_dir"]) for r in rows]}
+    configs = list(by_config)
+    cols = min(4, len(configs))
+    n_rows = -(-len(configs) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(3.4 * cols, 2.8 * n_rows), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[len(configs):]:
+        ax.set_visible(False)
+    for ax, (mode, policy, k) in zip(axes.flat, configs, strict=False):
+        counts = staleness_counts(by_config[(mode, policy, k)])
+        total = sum(counts["accepted"].values()) + sum(counts["dropped_stale"].values())
+        xs = list(range(max([k + 1, *counts["accepted"], *counts["dropped_stale"]]) + 1))
+        for kind, offset, color, label in (
+            ("accepted", -0.2, colors.get((mode, policy), "#777777"), "accepted"),
+            ("dropped_stale", 0.2, "#b2182b", "dropped (stale)"),
+        ):
+            ax.bar([x + offset for x in xs],
+                   [counts[kind].get(x, 0) / max(total, 1) for x in xs], 0.4, color=color,
+                   label=label)
+        ax.axvline(k + 0.5, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(xs)
+        dropped = sum(counts["dropped_stale"].values()) / max(total, 1)
+        ax.set_title(f"{config_label(mode, policy, k)} (dropped {dropped:.1%})", fontsize=9)
+        ax.set_xlabel("staleness (policy versions)")
+        ax.set_ylabel("share of scored samples")
+    axes.flat[0].legend(fontsize=7, title="dashed: bound K", title_fontsize=7)
+    save(fig, png, svg)
+
+
+OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e7298a",
+                   "a3po": "#66a61e"}
+
+
+def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
+                      mode: str, policy: str) -> None:
+    """AReaL's Table 2 as a figure: held-out pass rate against K per objective, for one
+    asynchronous (mode, policy), with sync as the on-policy reference (dashed)."""
+    table = quality_vs_k(rows, mode, policy)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    all_ks: set[int] = set()
+    sync_drawn: set[float] = set()
+    for i, row in enumerate(table):
+        color = OBJECTIVE_COLOR.get(row["objective"])
+        ks = sorted(int(key[2:].split("/")[0]) for key in row
+                    if key.startswith("K=") and key.endswith("/mean")
+                    and row[key.replace("/mean", "/n")])
+        all_ks.update(ks)
+        dodge = 0.06 * (i - (len(table) - 1) / 2)  # keep the objectives' error bars apart
+        if ks:
+            ax.errorbar([k + dodge for k in ks], [row[f"K={k}/mean"] for k in ks],
+                        yerr=[row[f"K={k}/ci95"] for k in ks], color=color, marker="o",
+                        capsize=3, label=row["objective"])
+        shared = row["sync_objectives"] != row["objective"]
+        if row.get("sync/n") and not (shared and row["sync/mean"] in sync_drawn):
+            ax.axhline(row["sync/mean"], color="#4d4d4d" if shared else color,
+                       linewidth=0.9, linestyle="--")
+            sync_drawn.add(row["sync/mean"])
+    ax.set_xticks(sorted(all_ks))
+    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)}, policy {policy})")
+    ax.set_ylabel("held-out sampled pass rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="mean ± 95% CI over seeds\ndashed: sync (on-policy)",
+              title_fontsize=7)
+    save(fig, png, svg)
+
+
+def draw_quality_vs_k_replayed(table: Sequence[dict], png: str | Path, svg: str | Path
+                               ) -> None:
+    """Held-out pass rate against K per objective, each trained on the live runs' own
+    schedules (counterfactual replays, `rlcore/analysis/paired.py::paired_table` rows): objectives
+    compared on identical staleness patterns."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    arms = sorted({(r["mode"], r["policy"], r["live_objective"]) for r in table})
+    objectives = sorted({r["objective"] for r in table})
+    ks = sorted({r["staleness_k"] for r in table})
+    for i, objective in enumerate(objectives):
+        dodge = 0.06 * (i - (len(objectives) - 1) / 2)
+        for j, (mode, policy, base) in enumerate(arms):
+            cells = sorted((r for r in table if r["objective"] == objective
+                            and (r["mode"], r["policy"], r["live_objective"]) ==
+                            (mode, policy, base)), key=lambda r: r["staleness_k"])
+            if not cells:
+                continue
+            label = objective if len(arms) == 1 else \
+                f"{objective} ({MODE_LABEL.get(mode, mode)}, {policy}, schedules of {base})"
+            ax.errorbar([r["staleness_k"] + dodge for r in cells],
+                        [r["replay/mean"] for r in cells],
+                        yerr=[r["replay/ci95"] for r in cells], marker="o", capsize=3,
+                        color=OBJECTIVE_COLOR.get(objective), label=label,
+                        linestyle=("-", "--", ":")[j % 3])
+    ax.set_xticks(ks)
+    base = ", ".join(sorted({a[2] for a in arms}))
+    ax.set_xlabel(f"staleness bound K (each objective replayed on the {base} runs' schedules)")
+    ax.set_ylabel("held-out sampled pass rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="mean ± 95% CI over seeds", title_fontsize=7)
+    save(fig, png, svg)

@@ -1,0 +1,168 @@
+"""What every figure shares: pyplot set up for files, the labels, colours and markers of
+modes, policies and K, grouping run rows into configurations, and saving PNG and SVG.
+
+A configuration is a (mode, policy, K, objective) tuple; curves and bars are means over seeds
+with 95% t intervals (`rlcore.analysis.tables.mean_ci95`), the same statistics as the tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+from rlcore.algo.metrics import moving_average  # noqa: E402
+from rlcore.analysis.tables import group_order, mean_ci95, run_policy  # noqa: E402
+from rlcore.record.rundir import read_jsonl  # noqa: E402
+
+MODE_LABEL = {"sync": "sync", "async": "threaded async", "areal": "AReaL-style"}
+MODE_COLOR = {"sync": "#4d4d4d", "async": "#1f77b4", "areal": "#d95f02"}
+MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
+# Where each mode's point labels go, so that neighbouring points' labels do not collide.
+LABEL_OFFSET = {"sync": (-5, 5), "async": (5, -11), "areal": (5, 5)}
+K_LINESTYLE = ("-", "--", ":", "-.")
+# A mode's second and third policy are drawn in darker and lighter shades of its colour.
+POLICY_SHADE = (0.0, -0.45, 0.45)
+
+# Stable SVG ids and no timestamp, so an unchanged figure is an unchanged file.
+plt.rcParams["svg.hashsalt"] = "rlcore"
+
+
+def config_label(mode: str, policy: str, k: int) -> str:
+    """'AReaL-style/paper K=2': how a (mode, policy, K) configuration is named in every
+    figure; sync, which has nothing to drop or interrupt, shows no policy."""
+    name = MODE_LABEL.get(mode, mode) if mode == "sync" else \
+        f"{MODE_LABEL.get(mode, mode)}/{policy}"
+    return f"{name} K={k}"
+
+
+def mode_rank(mode: str) -> int:
+    return group_order([mode])[0]
+
+
+Config = tuple[str, str, int, str]  # (mode, policy, K, objective)
+
+
+def config_order(key: Config) -> tuple[int, str, int, str]:
+    """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by policy, K."""
+    mode, policy, k, objective = key
+    return group_order(key)[0], policy, k, objective
+
+
+def run_key(run_dir: Path) -> Config:
+    """(mode, policy, K, objective) of a run directory."""
+    s = json.loads((run_dir / "summary.json").read_text())
+    return s["mode"], run_policy(run_dir), s["staleness_k"], s["objective"]
+
+
+Row = dict[str, Any]  # one run's figures, as `rlcore.analysis.tables.run_row` gives them
+
+
+def group_rows(rows: Iterable[Row]) -> dict[Config, list[Row]]:
+    """Runs by configuration (mode, policy, K, objective), in figure order."""
+    groups: dict[Config, list[Row]] = {}
+    for r in rows:
+        key = (r["mode"], r["policy"], r["staleness_k"], r["objective"])
+        groups.setdefault(key, []).append(r)
+    return {k: groups[k] for k in sorted(groups, key=config_order)}
+
+
+def arm_colors(keys: Iterable[Config]) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """A colour per (mode, policy): the mode's colour for its first policy (by name), a
+    darker then a lighter shade for the next ones."""
+    policies: dict[str, list[str]] = {}
+    for mode, policy, _, _ in keys:
+        if policy not in policies.setdefault(mode, []):
+            policies[mode].append(policy)
+    out = {}
+    for mode, names in policies.items():
+        for i, policy in enumerate(sorted(names)):
+            out[(mode, policy)] = shade(MODE_COLOR.get(mode, "#777777"),
+                                        POLICY_SHADE[i % len(POLICY_SHADE)])
+    return out
+
+
+# ---- data -------------------------------------------------------------------------------
+
+
+def mean_curve(curves: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """Pointwise mean and 95% half-width over equally long curves (cut to the shortest)."""
+    n = min(len(c) for c in curves)
+    stats = [mean_ci95([c[i] for c in curves]) for i in range(n)]
+    return [m for m, _ in stats], [h for _, h in stats]
+
+
+def pass_rate_curve(run_dir: Path) -> tuple[list[float], float]:
+    """One run's training pass rate per update, as the trailing mean that time-to-threshold
+    uses, and that threshold."""
+    updates = read_jsonl(run_dir / "updates.jsonl")
+    ev = json.loads((run_dir / "config.json").read_text())["config"]["eval"]
+    return moving_average([u["pass_rate"] for u in updates], ev["window"]), ev["threshold"]
+
+
+# ---- drawing ------------------------------------------------------------------------------
+
+
+def save(fig: plt.Figure, png: str | Path, svg: str | Path) -> None:
+    """Write the figure as PNG and SVG and release it."""
+    fig.savefig(png, dpi=150, bbox_inches="tight")
+    fig.savefig(svg, bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+
+
+def lighter(color: Any, towards_white: float = 0.55) -> tuple[float, float, float]:
+    """An opaque lighter shade (overlapping spans stay one colour, unlike with alpha)."""
+    r, g, b = matplotlib.colors.to_rgb(color)
+    return tuple(c + (1 - c) * towards_white for c in (r, g, b))  # type: ignore[return-value]
+
+
+def shade(color: Any, amount: float) -> tuple[float, float, float]:
+    """Lighter towards white for amount > 0, darker towards black for amount < 0."""
+    if amount >= 0:
+        return lighter(color, amount)
+    return tuple(c * (1 + amount) for c in matplotlib.colors.to_rgb(color))  # type: ignore
+
+
+def line_style(color: Any, k: int, ks: Sequence[int]) -> dict[str, Any]:
+    return {"color": color, "linestyle": K_LINESTYLE[ks.index(k) % 4]}
+
+
+def objective_axes(objectives: Sequence[str], height: float = 3.6, sharey: bool = True):
+    fig, axes = plt.subplots(1, len(objectives), figsize=(5.2 * len(objectives), height),
+                             sharey=sharey, squeeze=False, layout="constrained")
+    for ax, objective in zip(axes[0], objectives, strict=True):
+        ax.set_title(f"objective: {objective}")
+        ax.grid(alpha=0.3)
+    return fig, axes[0]
+
+
+def objectives_of(groups: dict[Config, list[Row]]) -> list[str]:
+    return sorted({o for *_, o in groups})
+
+
+def arm_ks(groups: dict[Config, list[Row]]) -> dict[tuple[str, str], list[int]]:
+    ks: dict[tuple[str, str], set[int]] = {}
+    for mode, policy, k, _ in groups:
+        ks.setdefault((mode, policy), set()).add(k)
+    return {a: sorted(v) for a, v in ks.items()}
+
+
+def panel_legend(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
+    """Every labelled line of every panel once: a configuration may be missing from some."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    return handles, labels
+
+

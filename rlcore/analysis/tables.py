@@ -1,0 +1,261 @@
+"""From run directories to the paper's tables: one row per run, then means over seeds.
+
+Runs live at `<root>/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (the pipeline's `RUN_ID`,
+workflow/rules/common.smk); the policy is the name the pipeline config gives the run's
+staleness settings (`policies:`), read from that path. A run contributes once its
+summary.json exists; its held-out pass rate comes from eval.json when `rlcore eval` has
+scored it. Aggregates are the mean and the half-width of a
+two-sided 95% Student-t confidence interval over seeds (0 with a single seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlcore.config import MODES  # their order is the order of every table and figure
+
+# Two-sided 95% Student-t critical values t_{0.975, df} for df = 1..30; 1.96 beyond.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+         2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+GROUP = ("mode", "policy", "staleness_k", "objective")
+
+
+def group_order(key: Sequence[Any]) -> tuple[Any, ...]:
+    """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by the rest."""
+    mode, *rest = key
+    return (MODES.index(mode) if mode in MODES else len(MODES), *rest)
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% t interval); half-width 0 for fewer than two values."""
+    if not values:
+        return math.nan, math.nan
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def t975(df: float) -> float:
+    """The 97.5 % quantile of Student's t with `df` degrees of freedom (a fractional df, as
+    Welch's gives, rounds down: the wider interval); 1.96 past the table."""
+    df = max(1, math.floor(df))
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def run_policy(run_dir: Path) -> str:
+    """The policy name of a run directory `.../{mode}/{policy}/k{K}/{objective}/seed{seed}`."""
+    return Path(run_dir).parents[2].name
+
+
+def run_row(run_dir: Path) -> dict[str, Any]:
+    """The figures of one finished run that the tables use."""
+    s = json.loads((run_dir / "summary.json").read_text())
+    eval_file = run_dir / "eval.json"
+    ev = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
+    t, m, n = s["tokens"], s["metrics"], s["samples"]
+    return {
+        "mode": s["mode"], "policy": run_policy(run_dir), "staleness_k": s["staleness_k"],
+        "objective": s["objective"], "seed": s["seed"], "run_dir": str(run_dir),
+        "heldout_pass_rate": ev.get("sampled_pass_rate"),
+        "heldout_greedy_pass_rate": ev.get("greedy_pass_rate"),
+        "train_pass_rate_final": m["train_pass_rate_final"],
+        "time_to_threshold_s": m["time_to_threshold_s"],
+        "steps_to_threshold": m["steps_to_threshold"],
+        "threshold": m["threshold"],
+        "reward_per_1k_tokens": m["reward_per_1k_tokens"],
+        "acceptance_rate": m["acceptance_rate"],
+        "dropped_stale": n["dropped_stale"],
+        "dropped_interrupted": n["dropped_interrupted"],
+        "resubmissions": n["resubmissions"],
+        "accepted_samples_per_s": m["accepted_samples_per_s"],
+        "updates_per_s": s["updates"] / s["time"]["wall_s"],
+        "wall_s": s["time"]["wall_s"],
+        "cold_start_s": s["time"]["cold_start_s"],
+        "startup_s": s["time"]["startup_s"],
+        "contended": s["load"]["contended"],
+        "overlap_frac": s["time"]["overlap_frac"],
+        "tokens_generated": t["generated"],
+        "tokens_wasted": t["stale_dropped"] + t["interrupted"],
+        "wasted_frac": (t["stale_dropped"] + t["interrupted"]) / t["generated"]
+        if t["generated"] else 0.0,
+    }
+
+
+def load_runs(root: str | Path) -> list[dict[str, Any]]:
+    """One row per complete run under root, in a stable order."""
+    rows = [run_row(p.parent)
+            for p in sorted(Path(root).glob("*/*/k*/*/seed*/summary.json"))]
+    return sorted(rows, key=lambda r: (*group_order([r[k] for k in GROUP]), r["seed"]))
+
+
+def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """Per (mode, policy, K, objective): seeds, and mean and CI half-width of each metric.
+
+    A metric missing in some runs (a threshold never reached, a run not evaluated) is averaged
+    over the runs that have it, and `<metric>/n` says how many did.
+    """
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in GROUP), []).append(r)
+    out = []
+    for key, members in sorted(groups.items(), key=lambda item: group_order(item[0])):
+        agg: dict[str, Any] = dict(zip(GROUP, key, strict=True))
+        agg["seeds"] = len(members)
+        agg["contended"] = sum(bool(r["contended"]) for r in members)
+        for metric in metrics:
+            values = [r[metric] for r in members if r.get(metric) is not None]
+            agg[f"{metric}/mean"], agg[f"{metric}/ci95"] = mean_ci95(values)
+            agg[f"{metric}/n"] = len(values)
+        out.append(agg)
+    return out
+
+
+TABLE1 = ("train_pass_rate_final", "heldout_pass_rate", "time_to_threshold_s",
+          "steps_to_threshold", "reward_per_1k_tokens", "wall_s", "cold_start_s",
+          "startup_s", "updates_per_s")
+# Column headers of the Markdown tables (the CSV keeps the metric names).
+LABELS = {
+    "train_pass_rate_final": "train pass (paper's)",
+    "heldout_pass_rate": "held-out pass, sampled (ours)",
+    "time_to_threshold_s": "time to threshold (s)",
+    "steps_to_threshold": "steps to threshold",
+    "reward_per_1k_tokens": "reward / 1k tokens",
+    "wall_s": "end-to-end (s)",
+    "cold_start_s": "cold start (s)",
+    "startup_s": "job start-up (s)",
+    "updates_per_s": "updates/s",
+    "acceptance_rate": "accepted / generated",
+    "dropped_stale": "dropped stale",
+    "dropped_interrupted": "dropped interrupted",
+    "resubmissions": "resubmissions",
+    "accepted_samples_per_s": "accepted samples/s",
+    "tokens_wasted": "tokens wasted",
+    "wasted_frac": "wasted / generated tokens",
+}
+# Decimals of a Markdown cell: counts and rates of hundreds need none, seconds two.
+DIGITS = {"steps_to_threshold": 0, "dropped_stale": 0, "dropped_interrupted": 0,
+          "resubmissions": 0, "startup_s": 2,
+          "tokens_wasted": 0, "accepted_samples_per_s": 0, "reward_per_1k_tokens": 1,
+          "updates_per_s": 1, "wall_s": 2, "cold_start_s": 2, "time_to_threshold_s": 2}
+K_SWEEP = ("acceptance_rate", "dropped_stale", "dropped_interrupted", "resubmissions",
+           "tokens_wasted",
+           "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate")
+
+
+def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The paper's Table 1 per configuration: both pass rates, time and steps to threshold,
+    sample efficiency, and end-to-end time with the cold start and the job's start-up
+    apart."""
+    return aggregate(rows, TABLE1)
+
+
+def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mode, policy, objective and K: acceptance, drops (stale; interrupted on the last
+    allowed attempt), resubmissions, wasted tokens,
+    accepted throughput, final pass rate."""
+    return aggregate(rows, K_SWEEP)
+
+
+def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str
+                 ) -> list[dict[str, Any]]:
+    """AReaL's Table 2, shaped for this grid: the held-out pass rate of (`mode`, `policy`) per
+    objective (rows) and staleness bound K (columns), with sync as the K = 0, on-policy
+    reference. Sync runs are one reference for all objectives when the grid runs sync with
+    fewer objectives (on-policy, the four give the same gradient)."""
+    rows = list(rows)
+    arm = [r for r in rows if r["mode"] == mode and r["policy"] == policy]
+    cells = aggregate(arm, ("heldout_pass_rate",))
+    sync = [r for r in rows if r["mode"] == "sync"]
+    out: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        row = out.setdefault(c["objective"], {"objective": c["objective"], "mode": mode,
+                                              "policy": policy})
+        for stat in ("mean", "ci95", "n"):
+            row[f"K={c['staleness_k']}/{stat}"] = c[f"heldout_pass_rate/{stat}"]
+    for objective, row in out.items():
+        same = [r for r in sync if r["objective"] == objective] or sync
+        values = [r["heldout_pass_rate"] for r in same if r["heldout_pass_rate"] is not None]
+        row["sync/mean"], row["sync/ci95"] = mean_ci95(values)
+        row["sync/n"] = len(values)
+        row["sync_objectives"] = ",".join(sorted({r["objective"] for r in same}))
+    return [out[o] for o in sorted(out)]
+
+
+def quality_vs_k_markdown(table: Sequence[dict[str, Any]]) -> str:
+    """quality_vs_k as Markdown: `mean ± ci95` per cell, `—` where a run is missing."""
+    columns = sorted({k.split("/")[0] for row in table for k in row if "/" in k},
+                     key=lambda c: (c != "sync", int(c[2:]) if c != "sync" else 0))
+    lines = ["| objective | " + " | ".join(c if c != "sync" else "sync (K=0 reference)"
+                                          for c in columns) + " |",
+             "|" + "---|" * (len(columns) + 1)]
+    for row in table:
+        cells = [format_mean_ci(row.get(f"{c}/mean", math.nan), row.get(f"{c}/ci95", 0.0),
+                                row.get(f"{c}/n", 0)) for c in columns]
+        lines.append(f"| {row['objective']} | " + " | ".join(cells) + " |")
+    shared = sorted({row["sync_objectives"] for row in table
+                     if row.get("sync/n") and row["sync_objectives"] != row["objective"]})
+    if shared:
+        lines.append(f"\nSync ran {', '.join(shared)} only: on-policy the four objectives give "
+                     "the same gradient, so those runs are every objective's reference.")
+    return "\n".join(lines) + "\n"
+
+
+def format_mean_ci(mean: float, ci: float, n: int, digits: int = 3) -> str:
+    """'0.512 ± 0.034', or '—' when no run has the value."""
+    if n == 0 or math.isnan(mean):
+        return "—"
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
+    """A Markdown table: one row per configuration, `mean ± ci95` per metric, and how many
+    of its runs were timed while other processes used the machine
+    (`rlcore/record/machine_load.py`)."""
+    head = [*GROUP, "seeds", *(LABELS.get(m, m) for m in metrics), "timed under contention"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in table:
+        cells = [str(row[k]) for k in (*GROUP, "seeds")]
+        for m in metrics:
+            cell = format_mean_ci(row[f"{m}/mean"], row[f"{m}/ci95"], row[f"{m}/n"],
+                                  DIGITS.get(m, 3))
+            if 0 < row[f"{m}/n"] < row["seeds"]:
+                cell += f" (n={row[f'{m}/n']})"
+            cells.append(cell)
+        cells.append(f"{row['contended']} of {row['seeds']}" if row["contended"] else "no")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
+    """A table as CSV; its columns are every key of any row, in first-seen order (rows of
+    quality_vs_k differ: an objective run at fewer K has fewer columns), blank where absent."""
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def logged(log_path: str, fn: Callable[..., None], *args: Any) -> None:
+    """Run a workflow script's `fn` with stderr sent to its rule's log, where a traceback
+    lands too (printed before the log is closed, then raised so that the rule fails)."""
+    with open(log_path, "w") as log:
+        sys.stderr = log
+        try:
+            fn(*args)
+        except Exception:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stderr = sys.__stderr__

@@ -1,0 +1,60 @@
+"""Which of the package's files each pipeline stage depends on, and their digest.
+
+Snakemake does not see the modules a job imports, so each rule takes a digest of the code
+its outputs depend on as a parameter, and an edit reruns what it can change. The parts are
+packages, not lists of modules, so a new or moved module is counted without an edit:
+  base      what `rlcore build-base` runs: `config/`, `tasks/`, `policy/` and the command;
+  runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
+            the packages that only read finished runs (`analysis/`) or measure them
+            (`measure/`): the runs and the replays;
+  analysis  `rlcore/analysis/`: the tables and figures, with the rule's own script.
+What analysis imports from below it (`algo/`, `record/`, `config/`) is runtime code, whose
+edits rerun the runs that every table and figure takes as input. `tests/test_code_digest.py`
+checks that each rule's imports stay within these parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = "rlcore"
+NOT_RUNTIME = ("analysis", "measure")  # packages no run, replay or base-model job imports
+# The command and the packages that building the base model imports.
+BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "config", "tasks", "policy")
+
+
+def _package_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+def base_files(root: Path) -> list[Path]:
+    """The files the embedded base model depends on, below the source tree `root`."""
+    package = root / PACKAGE
+    return [p for p in _package_files(package)
+            if p.relative_to(package).parts[0] in BASE]
+
+
+def runtime_files(root: Path) -> list[Path]:
+    """The files a run's results depend on, below the source tree `root`."""
+    package = root / PACKAGE
+    skip = tuple(package / name for name in NOT_RUNTIME)
+    return [p for p in _package_files(package)
+            if not any(p.is_relative_to(s) for s in skip)]
+
+
+def analysis_files(root: Path) -> list[Path]:
+    """The files tables and figures are drawn by, below the source tree `root`."""
+    return _package_files(root / PACKAGE / "analysis")
+
+
+def digest(root: Path, paths: Iterable[Path]) -> str:
+    """A short digest of the files' paths (relative to `root`) and contents."""
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]

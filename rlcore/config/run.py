@@ -1,0 +1,378 @@
+"""The run configuration: one frozen, typed object, validated once at the boundary.
+
+Each key's type, default, constraints and help line live on the dataclasses below, from which
+`rlcore.config.schema` derives the validation schema and the reference; this module builds
+the config from a mapping (files and `--set` overrides are read by `rlcore.config.files`) and
+refuses bad ones with a message naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from rlcore.config.files import apply_overrides, parse_yaml, read_config_file
+from rlcore.config.schema import reference_markdown, schema_for, validation_errors
+from rlcore.errors import ConfigError
+
+__all__ = ["MODES", "ConfigError", "RunConfig", "apply_overrides", "config_from_dict",
+           "config_reference_markdown", "load_config", "parse_yaml", "read_config_file",
+           "run_config_schema"]
+
+Mode = Literal["sync", "async", "areal"]
+# The runners, in the order of every table and figure: the paper's names, used as the config's
+# `mode`, the grid's wildcard and the run directory's first level.
+MODES: tuple[Mode, ...] = typing.get_args(Mode)
+
+
+def _f(default: Any, help: str, **constraints: Any) -> Any:
+    """A dataclass field with a help line and JSON-Schema constraints (minimum, maximum, ...)."""
+    return dataclasses.field(default=default, metadata={"help": help, **constraints})
+
+
+def _section(cls: type, help: str) -> Any:
+    return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    path: str = _f(
+        "models/tiny",
+        "Local Hugging Face model directory (config.json + weights); build the embedded tiny "
+        "model there with `rlcore build-base DIR`, or point at e.g. a Qwen2.5-0.5B-Instruct copy.",
+    )
+    dtype: Literal["fp32", "fp16"] = _f(
+        "fp32", "fp32 weights; fp16 = fp32 weights with fp16 autocast (CUDA only, as on V100)."
+    )
+    attn_implementation: Literal["eager", "sdpa"] = _f(
+        "sdpa", "Attention kernel passed to from_pretrained; FlashAttention is deliberately absent."
+    )
+    rollout_device: str = _f(
+        "auto", "Device of the rollout role: auto (cuda:0 if present, else cpu), cpu, cuda:N.",
+        pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+    )
+    trainer_device: str = _f(
+        "auto", "Device of the trainer role: auto (cuda:1, or cuda:0 with one GPU, else cpu).",
+        pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
+    )
+    prompt_format: Literal["raw", "chat"] = _f(
+        "raw", "raw: the task prompt as is; chat: wrapped in the tokenizer's chat template."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    suite: Literal["arith", "jsonl"] = _f("arith", "Task suite: generated arithmetic, or a file.")
+    split_seed: int = _f(
+        1234, "Seed of task generation and of the train/held-out split (shared by all runs).",
+        minimum=0,
+    )
+    max_operand: int = _f(
+        29, "arith: operands are drawn from 0..max_operand.", minimum=1, maximum=10**6
+    )
+    operators: tuple[Literal["+", "-", "*"], ...] = _f(
+        ("+",), "arith: operators to use; '-' keeps results non-negative.", minItems=1,
+        uniqueItems=True,
+    )
+    heldout_size: int = _f(
+        300, "arith: number of distinct problems held out from training.", minimum=1
+    )
+    arith_form: Literal["symbolic", "words"] = _f(
+        "symbolic", "arith: prompts as '3+4=' (symbolic, for the tiny model) or as a question "
+        "in words (for instruct models)."
+    )
+    train_path: str | None = _f(None, "jsonl: file of training tasks, one JSON object a line.")
+    heldout_path: str | None = _f(None, "jsonl: file of held-out tasks, one JSON object a line.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    max_new_tokens: int = _f(6, "Longest response, in tokens.", minimum=1)
+    temperature: float = _f(
+        1.0, "Sampling temperature; log-probabilities are those of this distribution.",
+        exclusiveMinimum=0,
+    )
+    chunk_tokens: int = _f(
+        2, "Tokens generated between two checks of the policy version (interrupt points).",
+        minimum=1,
+    )
+    group_size: int = _f(
+        4, "Samples drawn per prompt; group_mean baselines compare within a group.", minimum=1
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    updates: int = _f(400, "Number of policy updates (policy versions) in a run.", minimum=1)
+    update_batch_size: int = _f(
+        32, "Accepted samples per update; a multiple of rollout.group_size.", minimum=1
+    )
+    minibatches: int = _f(
+        1, "Optimizer steps per update batch (one policy version per batch).", minimum=1
+    )
+    objective: Literal["pg", "behav_clip", "decoupled", "a3po"] = _f(
+        "pg",
+        "pg: plain policy gradient (paper decoupled_objective=0); behav_clip: clipped ratio vs "
+        "behaviour log-probs + k3 KL (=1); decoupled: AReaL eq. 3; a3po: loglinear proximal.",
+    )
+    clip_eps: float = _f(0.2, "PPO clip range epsilon.", exclusiveMinimum=0, maximum=1)
+    clip_eps_high: float | None = _f(
+        None, "Upper clip range (DAPO clip-higher, AReaL eps_clip_higher): the ratio is clipped "
+        "to [1 - clip_eps, 1 + clip_eps_high]; null: clip_eps.", exclusiveMinimum=0,
+    )
+    dual_clip: float | None = _f(
+        None, "Dual clip c > 1 (AReaL c_clip): a token's loss is at most c * abs(A) (binds for "
+        "A < 0), applied before the behaviour weight; null: off.", exclusiveMinimum=1,
+    )
+    behav_weight_cap: float | None = _f(
+        None, "decoupled, a3po: cap on the behaviour weight pi_prox/pi_behav (AReaL "
+        "behav_imp_weight_cap); null: off.", exclusiveMinimum=0,
+    )
+    behav_weight_mode: Literal["mask", "clamp"] = _f(
+        "mask", "Over the cap: mask (weight 0, the token stays in the mean's denominator, "
+        "AReaL) or clamp (the weight truncated to the cap: truncated IS)."
+    )
+    kl_coef: float = _f(
+        0.0, "Weight of the non-negative k3 KL term (clipped objectives).", minimum=0
+    )
+    advantage_baseline: Literal["batch_mean", "group_mean", "none"] = _f(
+        "group_mean", "Advantage = reward minus this baseline."
+    )
+    normalize_advantage: bool = _f(False, "Divide advantages by their batch std (+1e-6).")
+    lr: float = _f(3e-4, "AdamW learning rate.", exclusiveMinimum=0)
+    betas: tuple[float, float] = _f((0.9, 0.999), "AdamW betas.", minItems=2, maxItems=2)
+    weight_decay: float = _f(0.0, "AdamW weight decay.", minimum=0)
+    adam_eps: float = _f(1e-8, "AdamW epsilon.", exclusiveMinimum=0)
+    max_grad_norm: float = _f(1.0, "Gradient-norm clip; 0 disables.", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class StalenessConfig:
+    staleness_k: int = _f(
+        0, "Accept a sample iff staleness = v_current - v_rollout <= K (sync is always 0).",
+        minimum=0,
+    )
+    interrupt: Literal["resubmit", "continue", "keep_kv"] = _f(
+        "resubmit",
+        "On a newer policy mid-generation: resubmit the task (paper); continue the partial "
+        "response under the new weights after re-prefilling it (AReaL); or keep_kv: load the "
+        "new weights and keep decoding on the old KV cache (SkyRL, PipelineRL).",
+    )
+    max_retries: int = _f(
+        2, "Resubmissions of an interrupted task before it is dropped as interrupted.", minimum=0
+    )
+    staleness_control: Literal["filter", "throttle", "both"] = _f(
+        "filter", "filter: drop stale samples; throttle: bound dispatch (AReaL eq. 1); both."
+    )
+    rollout_train_ratio: float | None = _f(
+        None, "If set, samples generated per applied update are held at this ratio.",
+        exclusiveMinimum=0,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    timeout_sec: float = _f(5.0, "Wall-clock limit of one reward evaluation.", exclusiveMinimum=0)
+    workers: int = _f(
+        2, "Code tasks: sandboxed evaluations running at once, off the controller's path.",
+        minimum=1, maximum=64,
+    )
+    sandbox_isolation: Literal["auto", "namespaces", "rlimits"] = _f(
+        "auto", "Code tasks: namespaces (fail if unavailable), rlimits (resource limits "
+        "only), or auto (the strongest that works here; recorded in config.json).",
+    )
+    sandbox_python: str | None = _f(
+        None, "Code tasks: interpreter for the sandbox (default: this one, else the system "
+        "python3 when the sandbox user cannot run this one)."
+    )
+    sandbox_memory_mb: int = _f(256, "Code tasks: address-space limit.", minimum=32)
+    sandbox_max_processes: int = _f(
+        16, "Code tasks: processes the sandbox user may have (bounds fork bombs).", minimum=1
+    )
+    sandbox_file_size_kb: int = _f(1024, "Code tasks: largest file it may write.", minimum=0)
+    sandbox_open_files: int = _f(32, "Code tasks: open file descriptors.", minimum=8)
+    sandbox_output_kb: int = _f(
+        64, "Code tasks: stdout+stderr read; a response printing more is cut off.", minimum=1
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    heldout_tasks: int = _f(
+        300, "Held-out tasks scored by `rlcore eval` (all of the split if it is smaller).",
+        minimum=1,
+    )
+    samples_per_task: int = _f(
+        4, "Sampled responses per held-out task for the sampled pass rate.", minimum=1
+    )
+    batch_size: int = _f(64, "Prompts per generation batch during evaluation.", minimum=1)
+    threshold: float = _f(
+        0.5, "Pass-rate level for time-to-threshold (paper Figure 3).", minimum=0, maximum=1
+    )
+    window: int = _f(
+        5, "Updates in the moving average of the training pass rate.", minimum=1
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    threads_per_role: int = _f(
+        1, "torch CPU threads for each role (rollout, trainer); matched across modes.", minimum=1
+    )
+    progress_every: int = _f(
+        10, "Print a progress line every this many updates; 0 silences it.", minimum=0
+    )
+    save_policy: bool = _f(True, "Save the final policy in the run directory (for eval).")
+    tensorboard: bool = _f(
+        False,
+        "Write every update's scalars (by policy version and wall time) and the final "
+        "held-out eval as TensorBoard event files under the run directory; watch a grid with "
+        "`tensorboard --logdir results/runs`.",
+    )
+    pin_cpus: bool = _f(
+        True,
+        "areal/async, roles on CPU: give each rollout worker and each trainer its own "
+        "threads_per_role cores of those this process may use (controller and parameter "
+        "service float); skipped when there are too few cores.",
+    )
+    rollout_workers: int = _f(1, "areal/async: rollout workers.", minimum=1)
+    trainer_workers: int = _f(
+        1, "areal/async: trainer workers (commits from a stale base are skipped).", minimum=1
+    )
+    start_timeout_s: float = _f(
+        600.0, "areal/async: longest wait for every worker to load its model.", exclusiveMinimum=0
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseModelConfig:
+    hidden_size: int = _f(64, "tiny model: width of the Qwen2 decoder.", minimum=8)
+    num_layers: int = _f(2, "tiny model: decoder layers.", minimum=1)
+    num_heads: int = _f(4, "tiny model: attention heads (2 key/value heads, grouped).", minimum=2)
+    intermediate_size: int = _f(256, "tiny model: MLP width.", minimum=8)
+    warm_start_steps: int = _f(
+        1500, "Supervised steps on the train split, so RL starts weak but not at zero.", minimum=0
+    )
+    warm_start_batch: int = _f(64, "Supervised batch size (sequences).", minimum=1)
+    warm_start_lr: float = _f(3e-3, "Supervised AdamW learning rate.", exclusiveMinimum=0)
+    warm_start_label_noise: float = _f(
+        0.5,
+        "Fraction of warm-start answers replaced by a wrong number: the model learns the skill "
+        "but samples it unreliably, the regime where RL sharpens a policy.",
+        minimum=0, maximum=0.95,
+    )
+    seed: int = _f(0, "Seed of the initial weights and of the warm-start order.", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    mode: Mode = _f(
+        "sync", "Runner: sync (sync_train), async (threaded), areal (multi-process)."
+    )
+    seed: int = _f(0, "Seed of sampling, task order and training.", minimum=0)
+    model: ModelConfig = _section(ModelConfig, "The policy model and where it runs.")
+    task: TaskConfig = _section(TaskConfig, "The task suite.")
+    rollout: RolloutConfig = _section(RolloutConfig, "Generation settings.")
+    train: TrainConfig = _section(TrainConfig, "Updates, optimizer and objective.")
+    staleness: StalenessConfig = _section(StalenessConfig, "Bounded staleness and interruption.")
+    reward: RewardConfig = _section(RewardConfig, "Reward harness.")
+    eval: EvalConfig = _section(EvalConfig, "Held-out evaluation and thresholds.")
+    runtime: RuntimeConfig = _section(RuntimeConfig, "Threads, progress and outputs.")
+    base: BaseModelConfig = _section(
+        BaseModelConfig, "The embedded tiny model that `rlcore build-base` makes."
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (tuples as lists) that config_from_dict accepts back."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def run_config_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a run config: what `rlcore config-schema` prints."""
+    schema = schema_for(RunConfig)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rlcore run config"
+    return schema
+
+
+def config_reference_markdown() -> str:
+    """config/README.md's generated part: every key with its default, allowed values and help."""
+    return reference_markdown(run_config_schema(), RunConfig().to_dict())
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def _validate_semantics(cfg: RunConfig) -> None:
+    """Rules that cross fields and so cannot live in the schema."""
+    t = cfg.train
+    if t.update_batch_size % cfg.rollout.group_size:
+        raise ConfigError(
+            f"train.update_batch_size ({t.update_batch_size}) must be a multiple of "
+            f"rollout.group_size ({cfg.rollout.group_size})"
+        )
+    if t.update_batch_size % t.minibatches:
+        raise ConfigError(
+            f"train.update_batch_size ({t.update_batch_size}) must be divisible by "
+            f"train.minibatches ({t.minibatches})"
+        )
+    if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
+        raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
+    knobs = [k for k in ("clip_eps_high", "dual_clip", "behav_weight_cap")
+             if getattr(t, k) is not None]
+    if t.objective == "pg" and knobs:
+        raise ConfigError(f"train.{knobs[0]} corrects a clipped ratio; train.objective 'pg' "
+                          "has none: choose behav_clip, decoupled or a3po, or unset it")
+    if t.objective == "behav_clip" and t.behav_weight_cap is not None:
+        raise ConfigError("train.behav_weight_cap caps pi_prox/pi_behav, which is 1 for "
+                          "behav_clip (its proximal policy is the behaviour policy): choose "
+                          "decoupled or a3po, or unset it")
+    if t.behav_weight_mode != "mask" and t.behav_weight_cap is None:
+        raise ConfigError(f"train.behav_weight_mode '{t.behav_weight_mode}' needs "
+                          "train.behav_weight_cap: set the cap, or leave the mode at 'mask'")
+    if cfg.mode == "sync" and cfg.staleness.staleness_k != 0:
+        raise ConfigError(
+            f"mode 'sync' is on-policy: staleness.staleness_k must be 0, got "
+            f"{cfg.staleness.staleness_k}"
+        )
+
+
+def _coerce(tp: Any, value: Any) -> Any:
+    """Schema-valid data into the field's Python type (the schema has already checked it)."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _build(tp, value)
+    if typing.get_origin(tp) is tuple:
+        return tuple(value)
+    if tp is int and isinstance(value, float):
+        return int(value)  # JSON Schema counts 4.0 as an integer; Python's range() does not
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {f.name: _coerce(hints[f.name], data[f.name])
+              for f in dataclasses.fields(cls) if f.name in data}
+    return cls(**kwargs)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """Validate a (possibly partial) mapping and return the full config with defaults filled."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"a config must be a mapping of keys to values, got {type(data).__name__}"
+        )
+    errors = validation_errors(run_config_schema(), data)
+    if errors:
+        raise ConfigError("; ".join(errors))
+    cfg = _build(RunConfig, data)
+    _validate_semantics(cfg)
+    return cfg
+
+
+def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> RunConfig:
+    """Load, override and validate a config file: the one entry point used by the CLI."""
+    return config_from_dict(apply_overrides(read_config_file(path), overrides))

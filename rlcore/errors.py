@@ -1,0 +1,18 @@
+"""The errors rlcore reports to its user, each with a message that says what to fix; the
+`rlcore` command maps them to exit codes (`cli.main`)."""
+
+
+class ConfigError(ValueError):
+    """A configuration the user must fix; the message says which key and how."""
+
+
+class RunExistsError(FileExistsError):
+    """The output directory already holds a complete run."""
+
+
+class ReplayError(Exception):
+    """A replay cannot go on (`rlcore replay` exits 1 with the message)."""
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or died; the message names it and carries its traceback."""

@@ -1,0 +1,252 @@
+"""`rlcore bench`: what the runtime costs and what overlap it achieves, measured.
+
+Three measurements, each on the config given:
+  * modes: sync, threaded async and AReaL-style run the same number of updates side by side,
+    `repeats` times. The ideal speed-up of an overlapped runner over sync is
+    (T_gen + T_train) / max(T_gen, T_train), from the sync run's own phase times; overlap
+    efficiency = achieved speed-up / ideal.
+  * floor: the sync runner's time per update against a bare sample-reward-update loop.
+  * weight sync: one commit + reload through the parameter service's slots, against one
+    in-memory copy of the same trainable state, for the config's model and for a randomly
+    initialised Qwen2.5-0.5B-sized model (built from its config class, nothing downloaded).
+Timed on whatever else the machine is doing, so run it alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from rlcore.algo.advantages import compute_advantages
+from rlcore.config import MODES, RunConfig
+from rlcore.config.run import Mode
+from rlcore.policy.device import set_threads
+from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.sampler import Draws
+from rlcore.policy.stand_in import QWEN25_05B
+from rlcore.runners import run_mode
+from rlcore.runners.common import preflight
+from rlcore.tasks.prompts import PromptStream
+from rlcore.tasks.reward import RewardPool, evaluate_response
+from rlcore.tasks.sandbox import detect_isolation
+from rlcore.tasks.suites import Task
+
+
+def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
+    """Mean milliseconds of one bare sample-reward-update step (after one warm-up step)."""
+    tasks = preflight(cfg)
+    set_threads(cfg)
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+    stream = PromptStream(tasks, cfg.seed)
+    ro = cfg.rollout
+    groups = cfg.train.update_batch_size // ro.group_size
+    t0 = 0.0
+    for step in range(steps + 1):
+        if step == 1:
+            t0 = time.perf_counter()
+        prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
+        b = len(prompts)
+        gens = policy.generate([policy.encode_prompt(p.task.prompt) for p in prompts],
+                               max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
+                               chunk_tokens=ro.max_new_tokens,
+                               draws=Draws(cfg.seed, [(step * b + i, 0) for i in range(b)]))
+        rewards = [evaluate_response(policy.decode_response(g.response_ids), p.task,
+                                     cfg.reward)["reward"]
+                   for p, g in zip(prompts, gens, strict=True)]
+        adv = compute_advantages(rewards, [str(p.group_id) for p in prompts],
+                                 cfg.train.advantage_baseline, cfg.train.normalize_advantage)
+        policy.update(TrainBatch([g.prompt_ids for g in gens], [g.response_ids for g in gens],
+                                 [g.logprobs for g in gens], [g.versions for g in gens], adv),
+                      temperature=ro.temperature, current_version=step)
+    return 1000 * (time.perf_counter() - t0) / steps
+
+
+def _run_one(cfg: RunConfig, mode: Mode, updates: int) -> dict[str, Any]:
+    cfg = dataclasses.replace(
+        cfg, mode=mode, staleness=dataclasses.replace(
+            cfg.staleness, staleness_k=0 if mode == "sync" else cfg.staleness.staleness_k),
+        train=dataclasses.replace(cfg.train, updates=updates),
+        runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_mode(cfg, tmp)
+
+
+def _mode_figures(s: dict[str, Any]) -> dict[str, Any]:
+    t = s["time"]
+    out = {
+        "updates_per_s": s["updates"] / t["wall_s"],
+        "accepted_samples_per_s": s["metrics"]["accepted_samples_per_s"],
+        "generated_tokens_per_s": s["metrics"]["tokens_per_s"],
+        "wall_s": t["wall_s"],
+        "overlap_frac": t["overlap_frac"],
+        "acceptance_rate": s["metrics"]["acceptance_rate"],
+    }
+    if s["mode"] != "sync":
+        a = s["scheduling"]
+        out.update({
+            "weight_sync_per_version_s": a["weight_sync"]["per_version_s"],
+            "weight_sync": a["weight_sync"],
+            "controller_ms_per_sample": a["controller_ms_per_sample"],
+            "waits": a["waits"],
+        })
+    return out
+
+
+def bench_modes(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
+    """Each mode `repeats` times; per repetition, speed-ups are against that repetition's sync."""
+    reps = []
+    for _ in range(repeats):
+        runs = {mode: _run_one(cfg, mode, updates) for mode in MODES}
+        sync_t = runs["sync"]["time"]
+        t_gen = sync_t["rollout_busy_s"] + sync_t["controller_busy_s"]
+        t_train = sync_t["trainer_busy_s"]
+        ideal = (t_gen + t_train) / max(t_gen, t_train)
+        rep: dict[str, Any] = {"ideal_ratio": ideal, "sync_t_gen_s": t_gen,
+                               "sync_t_train_s": t_train}
+        base = runs["sync"]["updates"] / sync_t["wall_s"]
+        for mode, s in runs.items():
+            fig = _mode_figures(s)
+            fig["ratio_to_sync"] = fig["updates_per_s"] / base
+            fig["overlap_efficiency"] = fig["ratio_to_sync"] / ideal
+            rep[mode] = fig
+        reps.append(rep)
+    summary = {"ideal_ratio": statistics.mean(r["ideal_ratio"] for r in reps)}
+    for mode in MODES:
+        for key in ("updates_per_s", "ratio_to_sync", "overlap_efficiency"):
+            values = [r[mode][key] for r in reps]
+            summary[f"{mode}/{key}"] = statistics.mean(values)
+            summary[f"{mode}/{key}_min"] = min(values)
+    return {"updates": updates, "repeats": repeats, "repetitions": reps, "mean": summary}
+
+
+def copy_best_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> float:
+    """Best-of-reps seconds of copying src into dst (one in-memory copy of a state)."""
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch._foreach_copy_(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_weight_sync(model: torch.nn.Module, reps: int = 50) -> dict[str, float]:
+    """Best-of-reps seconds of write + commit + reload through WeightSlots vs one copy.
+
+    For a small model each step takes microseconds, and the best of a few reps still
+    carries scheduler noise; 50 make the ratio repeat to about 0.05."""
+    from rlcore.runners.asynchronous.messages import CommitRequest
+    from rlcore.runners.asynchronous.param_service import ParamService
+    from rlcore.runners.asynchronous.vehicles import Processes
+    from rlcore.runners.asynchronous.weight_slots import WeightSlots
+
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    spec = [(n, tuple(p.shape), p.dtype) for n, p in params.items()]
+    slots = WeightSlots(spec, 2, Processes().locked_array(2 + 2), shared=True)
+    service = ParamService(slots)
+    source = slots.ordered(params)
+    slots.write(0, source)
+    slots.publish(0, 0)
+    reader = [torch.empty_like(p) for p in source]
+    plain = [torch.empty_like(p) for p in params.values()]
+    one_copy = copy_best_s(plain, [p.detach() for p in params.values()], reps)
+    best = {"write_s": float("inf"), "commit_s": float("inf"), "reload_s": float("inf")}
+    slot = 1
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        slots.write(slot, source)
+        t1 = time.perf_counter()
+        ack = service.commit(CommitRequest(0, 0, slot, slots.version(), True, t_sent=t1))
+        t2 = time.perf_counter()
+        slots.read_into(reader)
+        t3 = time.perf_counter()
+        slot = ack.next_slot
+        for key, v in (("write_s", t1 - t0), ("commit_s", t2 - t1), ("reload_s", t3 - t2)):
+            best[key] = min(best[key], v)
+    per_version = sum(best.values())
+    return {**best, "per_version_s": per_version, "one_copy_s": one_copy,
+            "ratio_to_one_copy": per_version / one_copy,
+            "bytes": sum(p.numel() * p.element_size() for p in params.values())}
+
+
+def qwen05b_sized_model() -> torch.nn.Module:
+    """A randomly initialised model with Qwen2.5-0.5B's shapes (about 494M parameters)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B))
+
+
+def bench(cfg: RunConfig, updates: int, repeats: int, floor_steps: int,
+          qwen_weight_sync: bool) -> dict[str, Any]:
+    """All figures of `rlcore bench` as one JSON-ready dict."""
+    set_threads(cfg)
+    floor = bare_reinforce_ms(cfg, floor_steps)
+    out: dict[str, Any] = {"config": {"model": cfg.model.path, "updates": updates,
+                                      "update_batch_size": cfg.train.update_batch_size,
+                                      "staleness_k": cfg.staleness.staleness_k,
+                                      "staleness_control": cfg.staleness.staleness_control,
+                                      "interrupt": cfg.staleness.interrupt,
+                                      "threads_per_role": cfg.runtime.threads_per_role}}
+    out["modes"] = bench_modes(cfg, updates, repeats)
+    sync_ms = 1000 / out["modes"]["mean"]["sync/updates_per_s"]
+    out["floor"] = {"bare_step_ms": floor, "sync_step_ms": sync_ms,
+                    "sync_overhead_ratio": sync_ms / floor}
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer", device=torch.device("cpu"))
+    out["weight_sync"] = {"config_model": bench_weight_sync(policy.model)}
+    if qwen_weight_sync:
+        out["weight_sync"]["qwen2.5-0.5b-sized"] = bench_weight_sync(qwen05b_sized_model(), 3)
+    return out
+
+
+def bench_replay(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
+    """A live run of cfg and its verification replay, `repeats` times, interleaved: the
+    measured wall of each (the clock starts once the workers are loaded, in both) and the
+    whole call (loads and record writing included), with medians and spread."""
+    from rlcore.replay.replayer import replay_run
+
+    cfg = dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, updates=updates),
+        runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False))
+    reps = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            live = run_mode(cfg, f"{tmp}/live")
+            t1 = time.perf_counter()
+            replay = replay_run(f"{tmp}/live", f"{tmp}/replay")
+            t2 = time.perf_counter()
+        reps.append({"live_wall_s": live["time"]["wall_s"],
+                     "replay_wall_s": replay["time"]["wall_s"],
+                     "live_call_s": t1 - t0, "replay_call_s": t2 - t1,
+                     "wall_ratio": replay["time"]["wall_s"] / live["time"]["wall_s"],
+                     "call_ratio": (t2 - t1) / (t1 - t0)})
+    spread = {k: {"median": statistics.median(r[k] for r in reps),
+                  "min": min(r[k] for r in reps), "max": max(r[k] for r in reps)}
+              for k in reps[0]}
+    return {"mode": cfg.mode, "staleness_k": cfg.staleness.staleness_k, "updates": updates,
+            "repeats": repeats, "repetitions": reps, "spread": spread}
+
+
+def bench_sandbox(cfg: RunConfig, evaluations: int) -> dict[str, Any]:
+    """Sandboxed evaluations per second for a trivial correct solution, through the reward
+    pool as a run uses it (cfg.reward.workers at once)."""
+    task = Task(task_id="bench", prompt="inc", entry_point="inc",
+                tests=["assert inc(1) == 2", "assert inc(-1) == 0"])
+    response = "```python\ndef inc(x):\n    return x + 1\n```"
+    iso = detect_isolation(cfg.reward)
+    pool = RewardPool(cfg.reward)
+    try:
+        pool.map([(response, task)] * cfg.reward.workers)  # warm: threads and the probe
+        t0 = time.perf_counter()
+        results = pool.map([(response, task)] * evaluations)
+        elapsed = time.perf_counter() - t0
+    finally:
+        pool.close()
+    return {"evaluations": evaluations, "workers": cfg.reward.workers,
+            "passed": sum(r["pass"] for r in results), "seconds": elapsed,
+            "evaluations_per_s": evaluations / elapsed, "isolation": iso.describe()}

@@ -1,0 +1,32 @@
+"""Where a role runs and how many CPU threads it gets: the same rules in every mode."""
+
+from __future__ import annotations
+
+import torch
+
+from rlcore.config import ConfigError, RunConfig
+
+
+def resolve_device(spec: str, role: str) -> torch.device:
+    """`auto` = the paper's placement (rollout cuda:0, trainer cuda:1) where GPUs exist."""
+    n = torch.cuda.device_count()
+    if spec != "auto":
+        device = torch.device(spec)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"model.{role}_device is '{spec}' but CUDA is not available here (torch "
+                f"{torch.__version__}): set it to auto or cpu, or install torch's CUDA build "
+                "for this machine's GPUs (README, 'GPU setup')")
+        if device.type == "cuda" and (device.index or 0) >= n:
+            raise ConfigError(
+                f"model.{role}_device is '{spec}' but this machine has {n} GPU"
+                f"{'s' if n != 1 else ''} (cuda:0 to cuda:{n - 1}): name one of those, or auto")
+        return device
+    if n == 0:
+        return torch.device("cpu")
+    return torch.device(f"cuda:{min(1 if role == 'trainer' else 0, n - 1)}")
+
+
+def set_threads(cfg: RunConfig) -> None:
+    """The per-role CPU thread budget, the same in every mode so that modes are matched."""
+    torch.set_num_threads(cfg.runtime.threads_per_role)

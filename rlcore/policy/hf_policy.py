@@ -1,0 +1,319 @@
+"""`HFPolicy`: a trainable Hugging Face causal LM as the policy (paper §4.6).
+
+Everything is loaded with `from_pretrained` from a local directory, whether it holds the
+embedded tiny model or a downloaded Qwen2.5-0.5B-Instruct. Sampling runs in chunks of
+`chunk_tokens` with a KV cache (`ChunkedSampler`) so that a rollout worker can look at the
+policy clock between chunks; it records the log-probability of every sampled token under the
+sampling distribution (logits / temperature), which `recompute_logprobs` reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+from transformers.utils import logging as hf_logging
+
+from rlcore.algo.objectives import (
+    Correction,
+    LossStats,
+    a3po_loss,
+    behav_clip_loss,
+    decoupled_loss,
+    pg_loss,
+)
+from rlcore.config import ConfigError, ModelConfig, TrainConfig
+from rlcore.policy.device import resolve_device
+from rlcore.policy.model_dir import check_model_dir
+from rlcore.policy.sampler import ChunkedSampler, Draws, Generation
+
+# Loading bars from transformers would interleave with the runners' progress lines.
+hf_logging.disable_progress_bar()
+
+
+# Prompts whose token ids a policy remembers (a training split's worth; then it stops).
+ENCODED_PROMPTS = 1 << 16
+
+# from_pretrained is not thread-safe (concurrent loads were seen to leave tied embeddings
+# untied and re-initialised); the threaded runner loads its roles' models concurrently.
+_LOAD_LOCK = threading.Lock()
+
+
+def load_model(path: str | Path, attn_implementation: str = "sdpa") -> PreTrainedModel:
+    """from_pretrained in fp32, one load at a time within a process."""
+    with _LOAD_LOCK:
+        return AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=torch.float32, attn_implementation=attn_implementation)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """Load the tokenizer saved beside a model.
+
+    A character tokenizer saved next to a Qwen2 config is loaded as PreTrainedTokenizerFast
+    on purpose (transformers 5 saves it as the generic TokenizersBackend): AutoTokenizer may
+    pick Qwen2Tokenizer from the model type, which would drop spaces and newlines.
+    """
+    p = Path(path)
+    cfg_file = p / "tokenizer_config.json"
+    tok_class = None
+    if cfg_file.is_file():
+        tok_class = json.loads(cfg_file.read_text()).get("tokenizer_class")
+    if tok_class in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        return PreTrainedTokenizerFast.from_pretrained(str(p))
+    return AutoTokenizer.from_pretrained(str(p))
+
+
+@dataclass
+class TrainBatch:
+    """What an update consumes: responses, behaviour log-probs, versions and advantages."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    behav_logprobs: list[list[float]]
+    versions: list[list[int]]
+    advantages: list[float]
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    def select(self, idx: Sequence[int]) -> TrainBatch:
+        return TrainBatch(*[[getattr(self, f)[i] for i in idx] for f in (
+            "prompt_ids", "response_ids", "behav_logprobs", "versions", "advantages")])
+
+
+def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """Stack ragged rows into [B, max_len], padding on the right."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype,
+                        device=device)
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the tensors in name order, each as its name, dtype, shape and raw bytes:
+    equal exactly when every value is bit-for-bit equal, on any device."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return "sha256:" + digest.hexdigest()
+
+
+class HFPolicy:
+    """A causal LM with its tokenizer, optimizer and sampling/recompute/update paths."""
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, role: str = "rollout",
+                 device: torch.device | None = None):
+        path = check_model_dir(model_cfg.path)
+        self.device = device or resolve_device(
+            model_cfg.trainer_device if role == "trainer" else model_cfg.rollout_device, role
+        )
+        self.train_cfg = train_cfg
+        self.use_fp16 = model_cfg.dtype == "fp16" and self.device.type == "cuda"
+        self.tokenizer = load_tokenizer(path)
+        try:
+            self.model = load_model(path, model_cfg.attn_implementation).to(self.device)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"could not load the model in '{path}': {e}") from e
+        self.model.train(False)  # no dropout: sampling and recompute must agree
+        self.chat = model_cfg.prompt_format == "chat"
+        self._encoded: dict[str, list[int]] = {}
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id
+        gen_eos = self.model.generation_config.eos_token_id
+        gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
+        self.stop_ids = {i for i in [self.tokenizer.eos_token_id, *gen_eos] if i is not None}
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.trainable, lr=train_cfg.lr, betas=(train_cfg.betas[0], train_cfg.betas[1]),
+            eps=train_cfg.adam_eps, weight_decay=train_cfg.weight_decay,
+        )
+        self.scaler = torch.amp.GradScaler("cuda") if self.use_fp16 else None
+
+    # --- text ---------------------------------------------------------------------------
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a prompt (chat-templated for `prompt_format: chat`), remembered: a
+        prompt is encoded once per group member and per resubmission otherwise."""
+        ids = self._encoded.get(prompt)
+        if ids is None:
+            if self.chat:
+                ids = list(self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                    tokenize=True, return_dict=False,
+                ))
+            else:
+                ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            if len(self._encoded) < ENCODED_PROMPTS:
+                self._encoded[prompt] = ids
+        return list(ids)
+
+    def decode_response(self, response_ids: Sequence[int]) -> str:
+        """Response text without its stop token; other special tokens stay visible."""
+        ids = list(response_ids)
+        if ids and ids[-1] in self.stop_ids:
+            ids = ids[:-1]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.use_fp16:
+            return torch.autocast("cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    # --- sampling -----------------------------------------------------------------------
+    def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
+                temperature: float, draws: Draws | None, version: int = 0
+                ) -> ChunkedSampler:
+        return ChunkedSampler(self, prompt_ids, max_new_tokens=max_new_tokens,
+                              temperature=temperature, draws=draws, version=version)
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
+                 temperature: float, chunk_tokens: int, draws: Draws, version: int = 0
+                 ) -> list[Generation]:
+        """Sample one response per prompt, chunk by chunk, without interruption."""
+        s = self.sampler(prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                         draws=draws, version=version)
+        while not s.done:
+            s.step(chunk_tokens)
+        return s.gens
+
+    def greedy(self, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy responses (argmax), for evaluation."""
+        s = self.sampler(prompt_ids, max_new_tokens=max_new_tokens, temperature=1.0,
+                         draws=None)
+        while not s.done:
+            s.step(max_new_tokens)
+        return [g.response_ids for g in s.gens]
+
+    # --- training -----------------------------------------------------------------------
+    def _response_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                           response_ids: Sequence[Sequence[int]], temperature: float
+                           ) -> torch.Tensor:
+        """Log-probs of each response token, [B, R] left-aligned (padding positions are 0)."""
+        seqs = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids, strict=True)]
+        width = max(len(s) for s in seqs)
+        ids = torch.tensor([s + [self.pad_id] * (width - len(s)) for s in seqs],
+                           device=self.device)  # [B, T], right padded
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs],
+                            device=self.device)
+        with self.autocast():
+            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()  # [B, T, V]
+        r_max = max(len(r) for r in response_ids)
+        # Token j of response i sits at column len(p_i) + j and is predicted from the column before.
+        start = torch.tensor([len(p) - 1 for p in prompt_ids], device=self.device)
+        cols = (start[:, None] + torch.arange(r_max, device=self.device)).clamp(max=width - 2)
+        pred = logits.gather(1, cols[:, :, None].expand(-1, -1, logits.shape[-1]))  # [B, R, V]
+        logp = torch.log_softmax(pred / temperature, dim=-1)
+        targets = pad_right(response_ids, self.pad_id, torch.long, self.device)  # [B, R]
+        tok_logp = logp.gather(-1, targets[:, :, None]).squeeze(-1)  # [B, R]
+        rmask = pad_right([[1.0] * len(r) for r in response_ids], 0.0, torch.float32, self.device)
+        return tok_logp * rmask
+
+    def recompute_logprobs(self, prompt_ids: Sequence[Sequence[int]],
+                           response_ids: Sequence[Sequence[int]], temperature: float
+                           ) -> list[list[float]]:
+        """Per-token log-probs of given responses under the current weights (no grad)."""
+        with torch.no_grad():
+            lp = self._response_logprobs(prompt_ids, response_ids, temperature)
+        return [lp[i, : len(r)].tolist() for i, r in enumerate(response_ids)]
+
+    def _objective_loss(self, logp: torch.Tensor, behav: torch.Tensor, prox: torch.Tensor | None,
+                        adv: torch.Tensor, mask: torch.Tensor, staleness: torch.Tensor
+                        ) -> tuple[torch.Tensor, LossStats]:
+        """train.objective on one minibatch; chosen here so objectives.py needs no config."""
+        cfg = self.train_cfg
+        corr = Correction(cfg.clip_eps_high, cfg.dual_clip, cfg.behav_weight_cap,
+                          cfg.behav_weight_mode)
+        if cfg.objective == "pg":
+            return pg_loss(logp, behav, adv, mask)
+        if cfg.objective == "behav_clip":
+            return behav_clip_loss(logp, behav, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
+        if cfg.objective == "decoupled":
+            assert prox is not None, "decoupled needs the recomputed proximal log-probs"
+            return decoupled_loss(logp, behav, prox, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
+        return a3po_loss(logp, behav, staleness, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
+
+    def update(self, batch: TrainBatch, *, temperature: float, current_version: int
+               ) -> dict[str, float]:
+        """One policy update (train.minibatches optimizer steps); returns mean stats and times."""
+        cfg = self.train_cfg
+        t0 = time.perf_counter()
+        prox_all = None
+        if cfg.objective == "decoupled":
+            # AReaL eq. 3: the proximal policy is the one before this update's first step.
+            prox_all = self.recompute_logprobs(batch.prompt_ids, batch.response_ids, temperature)
+        t_prox = time.perf_counter() - t0
+        self.model.train(False)
+        n = len(batch)
+        per = n // cfg.minibatches
+        totals: dict[str, float] = {}
+        for m in range(cfg.minibatches):
+            idx = list(range(m * per, (m + 1) * per))
+            mb = batch.select(idx)
+            logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
+            dev, f32 = self.device, torch.float32
+            mask = pad_right([[1.0] * len(r) for r in mb.response_ids], 0.0, f32, dev)
+            behav = pad_right(mb.behav_logprobs, 0.0, f32, dev)
+            adv = torch.tensor(mb.advantages, dtype=f32, device=dev)[:, None].expand_as(mask)
+            versions = pad_right(mb.versions, current_version, f32, dev)
+            prox = pad_right([prox_all[i] for i in idx], 0.0, f32, dev) if prox_all else None
+            loss, stats = self._objective_loss(logp, behav, prox, adv, mask,
+                                               (current_version - versions) * mask)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.unscale_(self.optimizer)
+            else:
+                loss.backward()
+            clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, clip))
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            for k, v in {**stats.as_dict(), "loss": loss.item(), "grad_norm": grad_norm}.items():
+                totals[k] = totals.get(k, 0.0) + v / cfg.minibatches
+        totals["time/prox_recompute_s"] = t_prox
+        totals["time/update_s"] = time.perf_counter() - t0
+        return totals
+
+    # --- state --------------------------------------------------------------------------
+    def state_digest(self) -> str:
+        """`state_digest` of this policy's trainable tensors."""
+        return state_digest(self.export_state())
+
+    def export_state(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of every trainable tensor, by parameter name."""
+        return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters()
+                if p.requires_grad}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy trainable tensors into the model in place (names must match export_state)."""
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in state.items():
+                params[name].copy_(tensor)
+
+    def save(self, out_dir: str | Path) -> None:
+        """save_pretrained of model and tokenizer, loadable by from_pretrained."""
+        self.model.save_pretrained(str(out_dir))
+        self.tokenizer.save_pretrained(str(out_dir))
+

@@ -1,0 +1,1 @@
+"""Replay: re-execute a run's recorded schedule, bit for bit or under another objective."""

@@ -1,0 +1,388 @@
+"""`rlcore replay`: re-execute a run's schedule in one process, with no clock.
+
+The replay rebuilds the base policy and walks the schedule (`rlcore/record/schedule.py`): each
+generation batch runs with the same rows, the weights of its recorded versions and the same
+swaps and cuts; each trainer runs its recorded steps (loads and updates of the recorded
+batches) with its own optimizer; every applied update publishes the version it made.
+Generation runs here and training in a process of its own (`rlcore/replay/trainer_process.py`),
+side by side as the run's rollout and trainer did, each step once what it needs exists (the
+versions a batch samples with, the samples a batch trains on; `rlcore/replay/walk.py`
+coordinates the threads and finds a schedule that cannot go on): the order the original
+clocks chose does not matter, and a version is kept only while a later step needs it.
+
+With no changed setting the replay is a *verification*: every sample's tokens,
+log-probability sum, versions and reward, every applied update's loss and the final state's
+digest must equal the original's; the first difference stops it with both values
+(`Divergence`). With changed train settings it is *counterfactual*: the schedule is held and
+the training changes (docs/replay.md says exactly what is held). Either way it writes an
+ordinary run directory whose summary.json says what it replayed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.config import ConfigError, RunConfig
+from rlcore.policy.device import resolve_device
+from rlcore.policy.hf_policy import HFPolicy, state_digest
+from rlcore.policy.sampler import Draws
+from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
+from rlcore.record.schedule import (
+    Divergence,
+    GenerationRecord,
+    Schedule,
+    ScheduleError,
+    TrainerOp,
+)
+from rlcore.replay.checks import Verifier
+from rlcore.replay.inputs import Original, environment_differences, read_original
+from rlcore.replay.record import Replayed, ReplayOutcome, record_replay
+from rlcore.replay.trainer_process import StepDone, TrainerProcess, TrainStep
+from rlcore.replay.walk import Walk
+from rlcore.runners.common import preflight, train_batch
+from rlcore.tasks.prompts import Prompt, PromptStream
+from rlcore.tasks.reward import RewardPool
+
+
+class Replay:
+    """The replay of one schedule: policies, published versions, and what has been computed."""
+
+    def __init__(self, cfg: RunConfig, original: Original, ledger: RunLedger, *,
+                 verify: bool, tolerance: float | None):
+        self.cfg, self.original, self.ledger = cfg, original, ledger
+        self.schedule: Schedule = original.schedule
+        self.verifier = Verifier(original, tolerance) if verify else None
+        device = resolve_device(cfg.model.trainer_device, "trainer")
+        self.device = device
+        t0 = time.perf_counter()
+        self.rollout = HFPolicy(cfg.model, cfg.train, role="rollout", device=device)
+        self.load_s = time.perf_counter() - t0
+        self.versions: dict[int, dict[str, torch.Tensor]] = {0: self.rollout.export_state()}
+        self.rollout_version = 0
+        self.uses = self._version_uses()
+        self.rows: dict[tuple[int, int], Replayed] = {}
+        self.update_stats: dict[int, tuple[dict[str, float], float]] = {}  # batch: stats, t
+        self.rewards = RewardPool(cfg.reward)
+        self.tasks = preflight(cfg)
+        self._stream = PromptStream(self.tasks, cfg.seed)
+        self._prompts: list[Prompt] = []
+        self.tokens: Counter[str] = Counter()
+        self.spans: list[tuple[str, str, float, float, int]] = []
+        self.walk = Walk()
+        self.trainer = TrainerProcess(cfg, self.schedule, device, self._load_uses())
+        self._sent_all = False  # every trainer step is in the trainer process
+
+    def outcome(self) -> ReplayOutcome:
+        """What the replay computed, for its record."""
+        return ReplayOutcome(schedule=self.schedule, rows=self.rows,
+                             update_stats=self.update_stats, spans=self.spans,
+                             prompt=self.prompt)
+
+    # --- inputs ----------------------------------------------------------------------------
+    def prompt(self, group_id: int) -> Prompt:
+        """The prompt of a group: the same seeded stream the runners dispatch from."""
+        while len(self._prompts) <= group_id:
+            self._prompts += self._stream.take(1)
+        return self._prompts[group_id]
+
+    def _version_uses(self) -> Counter[int]:
+        """How many generations still need each version here (it is freed at zero); the
+        final version is kept for the end."""
+        uses: Counter[int] = Counter()
+        for g in self.schedule.generations:
+            uses.update(g.versions())
+        uses[self.final_version()] += 1
+        return uses
+
+    def _load_uses(self) -> dict[int, int]:
+        """How many trainer `load` steps need each version (the trainer process keeps it)."""
+        return dict(Counter(op.version for ops in self.schedule.trainer_ops.values()
+                            for op in ops if op.op == "load"))
+
+    def final_version(self) -> int:
+        return max([0] + [c.version for c in self.schedule.commits.values()
+                          if c.outcome == "applied"])
+
+    def _release(self, version: int) -> None:
+        with self.walk.cond:
+            self.uses[version] -= 1
+            if self.uses[version] <= 0:
+                self.versions.pop(version, None)
+
+    # --- the walk --------------------------------------------------------------------------
+    def run(self) -> None:
+        """Generation (the records in order) and training (each trainer's steps in order)
+        in two threads, each step once what it needs is there; a third takes back what the
+        trainer process computed."""
+        try:
+            self.walk.run({"generation": self._generate_all, "training": self._train_all},
+                          {"results": self._receive_all})
+        finally:
+            self.ledger.worker_cpu(self.trainer.stop(wait=self.walk.error is None))
+        if self.walk.error is not None:
+            raise self.walk.error
+
+    def _generate_all(self) -> None:
+        for g in self.schedule.generations:
+            self._await_version(g.version, g)
+            self.generate(g)
+            self.walk.progress()
+
+    def _await_version(self, version: int, g: GenerationRecord) -> None:
+        """Wait for a version a generation needs: its first, or one it swaps to mid-batch
+        (the run's trainer published that one while the batch was running)."""
+        self.walk.wait_for("generation", lambda: version in self.versions,
+                    lambda: f"generation (record {g.seq}) waits for version {version}")
+
+    def _train_all(self) -> None:
+        """Send each trainer's steps, in its order, once what they need is under way."""
+        ops = self.schedule.trainer_ops
+        sent = dict.fromkeys(ops, 0)
+        coming = {0}  # versions published, or to be published by an update already sent
+
+        def sendable() -> bool:
+            return any(sent[t] < len(o) and self._sendable(o[sent[t]], coming)
+                       for t, o in ops.items())
+
+        def waits() -> str:
+            return "; ".join(
+                f"trainer{t}'s step {o[sent[t]].trainer_seq} ({self._needs(o[sent[t]])})"
+                for t, o in ops.items() if sent[t] < len(o))
+
+        try:
+            while any(sent[t] < len(o) for t, o in ops.items()):
+                self.walk.wait_for("training", sendable, waits)
+                for t, o in ops.items():
+                    while sent[t] < len(o) and self._sendable(o[sent[t]], coming):
+                        step = self._step(o[sent[t]])
+                        if step.publish is not None:
+                            coming.add(step.publish)
+                        with self.walk.cond:
+                            self.walk.in_flight += 1
+                        self.trainer.send(step)
+                        sent[t] += 1
+        finally:
+            with self.walk.cond:
+                self._sent_all = True
+                self.walk.cond.notify_all()
+
+    def _receive_all(self) -> None:
+        """Take back what the trainer process computed, as soon as it arrives."""
+        while True:
+            with self.walk.cond:
+                if self.walk.error is not None or (self._sent_all and not self.walk.in_flight):
+                    return
+            msg = self.trainer.result(timeout=0.05)
+            if msg is None:
+                continue
+            self._took(msg)
+            with self.walk.cond:
+                self.walk.in_flight -= 1
+            self.walk.progress()
+
+    def _sendable(self, op: TrainerOp, coming: set[int]) -> bool:
+        if op.op == "load":
+            return op.version in coming
+        return all(self._key(i) in self.rows for i in self.schedule.commits[op.batch].sample_ids)
+
+    def _needs(self, op: TrainerOp) -> str:
+        if op.op == "load":
+            return f"loads version {op.version}"
+        return f"trains batch {op.batch_id}, waits for its samples"
+
+    def _key(self, sample_id: int) -> tuple[int, int]:
+        fate = self.schedule.fates[sample_id]
+        return fate.slot, fate.attempt
+
+    def _load_rollout(self, version: int) -> None:
+        if self.rollout_version != version:
+            self.rollout.load_state(self.versions[version])
+            self.rollout_version = version
+
+    # --- generation ------------------------------------------------------------------------
+    def generate(self, rec: GenerationRecord) -> None:
+        """One generation batch with the recorded rows, versions, swaps and cuts.
+
+        Past the recorded cut, rows that were emitted but are still running (possible only
+        in a counterfactual) go on under the weights they had, until they end; a
+        counterfactual batch that ends before its cut still cuts the recorded rows there.
+        """
+        cfg, ro = self.cfg, self.cfg.rollout
+        t0 = self.ledger.now()
+        self._load_rollout(rec.version)
+        prompts = [self.prompt(group).task.prompt for _, _, group in rec.rows]
+        sampler = self.rollout.sampler(
+            [self.rollout.encode_prompt(p) for p in prompts], max_new_tokens=ro.max_new_tokens,
+            temperature=ro.temperature, draws=Draws(cfg.seed, [(s, a) for s, a, _ in rec.rows]),
+            version=rec.version)
+        swaps = dict(rec.swaps)
+        kept = [i for i in range(len(rec.rows)) if i not in rec.cut]
+        cut_len: dict[int, int] = {}
+        while True:
+            if cut_len:  # past the cut: only emitted rows still running
+                running = any(not sampler.gens[i].finished for i in kept) and \
+                    sampler.steps < ro.max_new_tokens
+            else:
+                running = not sampler.done
+            if not running:
+                break
+            sampler.step(ro.chunk_tokens)
+            chunk = sampler.chunks
+            if rec.cut_after == chunk and not cut_len:
+                cut_len = {i: len(sampler.gens[i].response_ids) for i in rec.cut}
+                continue
+            if chunk in swaps and not sampler.done:
+                unfinished = sum(len(g.response_ids) for g in sampler.gens if not g.finished)
+                self._await_version(swaps[chunk], rec)
+                self._load_rollout(swaps[chunk])
+                if cfg.staleness.interrupt == "continue":
+                    self.tokens["reprefilled"] += unfinished
+                    sampler.reprefill(swaps[chunk])
+                elif cfg.staleness.interrupt == "keep_kv":
+                    self.tokens["kv_kept"] += unfinished
+                    sampler.keep_cache(swaps[chunk])
+        if rec.cut and not cut_len:  # under other weights the batch ended before its cut
+            cut_len = {i: len(sampler.gens[i].response_ids) for i in rec.cut}
+        for _, v in rec.swaps:
+            self._release(v)
+        self._release(rec.version)
+        if self.verifier is not None:
+            self.verifier.chunks(rec, sampler.chunks)
+        t1 = self.ledger.now()
+        self.spans.append(("rollout", rec.worker, t0, t1, len(kept)))
+        self.tokens["sampled"] += sum(len(sampler.gens[i].response_ids) for i in kept)
+        # Emitted rows the run never scored (code rewards still queued at its end) have no
+        # fate: they are generated, for the token count, and not scored.
+        scored = [i for i in kept if self.schedule.sample(*rec.rows[i][:2]) is not None]
+        texts = [self.rollout.decode_response(sampler.gens[i].response_ids) for i in scored]
+        results = self.rewards.map((text, self.prompt(rec.rows[i][2]).task)
+                                   for text, i in zip(texts, scored, strict=True))
+        for i, text, result in zip(scored, texts, results, strict=True):
+            g = sampler.gens[i]
+            self.rows[rec.rows[i][:2]] = Replayed(g, text, result, rec.worker, t1)
+            if self.verifier is not None:
+                self.verifier.sample(rec.rows[i][:2], g, result)
+        for i, n in cut_len.items():
+            g = sampler.gens[i]
+            del g.response_ids[n:], g.logprobs[n:], g.versions[n:]
+            self.tokens["sampled"] += n
+            if rec.cut_reason == "stop":
+                self.tokens["abandoned"] += n
+            self.rows[rec.rows[i][:2]] = Replayed(g, None, None, rec.worker, t1)
+
+    # --- training --------------------------------------------------------------------------
+    def _step(self, op: TrainerOp) -> TrainStep:
+        """A trainer step with what it needs: for an update, its batch of replayed samples
+        (rewards and advantages recomputed), and the version it publishes if applied."""
+        if op.op == "load":
+            return TrainStep(op)
+        commit = self.schedule.commits[op.batch]
+        if commit.outcome == "applied" and commit.version != op.version + 1:
+            raise ScheduleError(f"batch {commit.batch_id} was trained from version {op.version} "
+                                f"but its commit made version {commit.version}")
+        rows = [self.rows[self._key(i)] for i in commit.sample_ids]
+        fates = [self.schedule.fates[i] for i in commit.sample_ids]
+        batch = train_batch([r.reward for r in rows], [f.group_id for f in fates],
+                            [r.gen for r in rows], self.cfg)
+        return TrainStep(op, batch, commit.version if commit.outcome == "applied" else None)
+
+    def _took(self, done: StepDone) -> None:
+        """What the trainer process computed: a span, and for an applied update its checks,
+        its statistics and the version it published."""
+        op = done.op
+        t0, t1 = self.ledger.on_clock(done.t0), self.ledger.on_clock(done.t1)
+        if op.op == "load":
+            return
+        commit = self.schedule.commits[op.batch]
+        self.spans.append(("trainer", f"trainer{op.trainer}", t0, t1, len(commit.sample_ids)))
+        if commit.outcome != "applied":
+            return
+        stats = done.stats
+        assert stats is not None and done.state is not None
+        if not (torch.isfinite(torch.tensor(stats["loss"])) and
+                torch.isfinite(torch.tensor(stats["grad_norm"]))):
+            raise ScheduleError(f"the update of batch {commit.batch_id} is not finite here, so "
+                                "the parameter service would have skipped it: the schedule "
+                                "cannot be held (choose gentler train settings)")
+        self.update_stats[commit.batch_id] = ({**stats, **IN_PLACE_COMMIT}, t1)
+        if self.uses[commit.version] > 0:
+            with self.walk.cond:
+                self.versions[commit.version] = done.state.unpack()
+            self.walk.progress()
+        if self.verifier is not None:
+            self.verifier.loss(commit, stats["loss"])
+
+    def final_policy(self) -> HFPolicy:
+        """The rollout policy holding the last published version (what the run ended with)."""
+        self._load_rollout(self.final_version())
+        return self.rollout
+
+
+def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | tuple = (),
+               tolerance: float | None = None, threads: int | None = None,
+               force: bool = False) -> dict[str, Any]:
+    """Replay the run in `run_dir` into `out_dir`; returns the replay's summary.
+
+    Raises ScheduleError (the schedule cannot be replayed), Divergence (a verification
+    found a difference) or ConfigError (bad settings), before writing anything complete.
+    """
+    original = read_original(run_dir, out_dir, overrides)
+    cfg = original.replay_config(threads)
+    verify = original.is_verification(cfg)
+    here = {"torch": torch.__version__, "threads_per_role": cfg.runtime.threads_per_role,
+            "devices": {r: str(resolve_device(cfg.model.trainer_device, "trainer"))
+                        for r in original.environment["devices"]}}
+    differences = environment_differences(original.environment, here)
+    for d in differences:
+        print(f"rlcore replay: the environment differs from the run's: {d}", file=sys.stderr)
+    if differences and verify and tolerance is None:
+        raise ConfigError("a verification needs the run's environment for bit-exactness, and "
+                          f"it differs ({'; '.join(differences)}); pass --tolerance T to "
+                          "report the largest divergence instead of failing")
+    torch.set_num_threads(cfg.runtime.threads_per_role)
+    torch.manual_seed(cfg.seed)
+    ledger = RunLedger(cfg, out_dir, force=force)
+    replay = None
+    try:
+        t0 = time.perf_counter()
+        replay = Replay(cfg, original, ledger, verify=verify, tolerance=tolerance)
+        replay.trainer.start()
+        cold_start_s = time.perf_counter() - t0
+        ledger.start_clock()
+        ledger.event("run_start", cold_start_s=cold_start_s)
+        replay.run()
+        wall_s = ledger.now()  # as a live run's: up to the last update, not its recording
+        record_replay(ledger, replay.outcome())
+        ledger.count_tokens(sampled=replay.tokens["sampled"],
+                            reprefilled=replay.tokens["reprefilled"],
+                            kv_kept=replay.tokens["kv_kept"],
+                            abandoned=replay.tokens["abandoned"])
+        policy = replay.final_policy()
+        digest = state_digest(policy.export_state())
+        if verify and tolerance is None and digest != original.state_digest:
+            raise Divergence(f"replay diverged at the final state: recorded "
+                             f"{original.state_digest}, replayed {digest}")
+        device = str(replay.device)
+        info = {"of": str(run_dir), "schedule_digest": original.schedule_digest,
+                "state_digest": original.state_digest,
+                "kind": "verification" if verify else "counterfactual",
+                "overrides": original.train_changes(cfg), "tolerance": tolerance,
+                "max_divergence": replay.verifier.max_divergence
+                if replay.verifier is not None and tolerance is not None else None}
+        return ledger.finish(
+            policy, wall_s=wall_s, cold_start_s=cold_start_s,
+            waits={"trainer_data_s": 0.0, "trainer_ratio_s": 0.0, "rollout_throttle_s": 0.0,
+                   "rollout_ratio_s": 0.0},
+            placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
+            devices={"rollout": device, "trainer": device}, replay=info)
+    finally:
+        if replay is not None:
+            replay.rewards.close()
+            replay.trainer.stop(wait=False)
+        ledger.close()

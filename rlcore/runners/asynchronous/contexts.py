@@ -1,0 +1,73 @@
+"""What each asynchronous role is handed: its config, its name, and only its channels.
+
+A context is built by `runtime.Runtime` and crosses to a worker process by pickling, so every
+field is a config, a plain value, a vehicle's channel or the shared weight slots.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rlcore.config import RunConfig
+from rlcore.runners.asynchronous.interfaces import Counters, Flag, Queue
+from rlcore.runners.asynchronous.weight_slots import WeightSlots
+
+
+@dataclass(kw_only=True)
+class WorkerContext:
+    """What every worker role has: the run's config, its name, the controller's inbox, the
+    start barrier and the weight slots."""
+
+    cfg: RunConfig
+    name: str
+    index: int  # among the workers of its role
+    inbox: Queue  # to the controller
+    start: Flag  # set when every worker is ready: the measured clock starts
+    slots: WeightSlots
+    cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
+    own_process: bool = False  # a process of its own, whose CPU time the main one does not see
+
+    @property
+    def threads(self) -> int:
+        return self.cfg.runtime.threads_per_role
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def own_cpu_s(self) -> float:
+        """CPU seconds of this worker's process so far; 0 for a thread, whose CPU time the
+        main process counts itself (`rlcore/record/machine_load.py`)."""
+        return time.process_time() if self.own_process else 0.0
+
+
+@dataclass(kw_only=True)
+class RolloutContext(WorkerContext):
+    """A rollout worker: prompts in, samples out to the inbox."""
+
+    device: torch.device
+    prompt_q: Queue  # lists of prompt slots from the controller
+    counters: Counters  # per worker: [prompt slots taken, rollout messages sent]
+    stop: Flag
+
+
+@dataclass(kw_only=True)
+class TrainerContext(WorkerContext):
+    """A trainer: batches in, candidate states to its staging slot, commits to the service."""
+
+    device: torch.device
+    trainer_q: Queue  # this trainer's batches (None: stop)
+    commit_q: Queue  # to the parameter service
+    ack_q: Queue  # the service's verdicts on this trainer's commits
+    stop: Flag
+
+
+@dataclass(kw_only=True)
+class ParamServiceContext(WorkerContext):
+    """The parameter service: commits in, a verdict to each trainer and to the controller."""
+
+    commit_q: Queue  # commit requests from every trainer (None: stop)
+    ack_qs: list[Queue]  # one per trainer

@@ -1,0 +1,176 @@
+"""Weight slots: copies of the trainable state, one current, read without a lock.
+
+There are n_trainers + 1 slots, allocated once (in shared memory for the process runtime).
+One slot is *current*; each trainer owns a staging slot into which it writes its candidate
+state, and the parameter service (`param_service.py`) publishes a staging slot as current.
+
+Readers copy the current slot under a sequence lock: every slot has a counter that is odd
+while the slot is being written; a reader that sees it odd, or changed after its copy,
+copies again. So a rollout worker never loads a torn state, and never blocks a trainer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from rlcore.config import ConfigError
+from rlcore.runners.asynchronous.interfaces import LockedArray
+
+SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps shared tensors on Linux
+
+
+def shared_memory_free(path: str = SHM_DIR) -> int | None:
+    """Bytes free for shared memory; None where there is no such file system to ask."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+ParamSpec = list[tuple[str, tuple[int, ...], torch.dtype]]
+GIB = 2**30
+
+
+def spec_bytes(spec: ParamSpec) -> int:
+    """Bytes of one copy of a state with these names, shapes and dtypes."""
+    return sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in spec)
+
+
+def check_shared_memory(spec: ParamSpec, n_slots: int, free: int | None) -> None:
+    """Refuse, before any slot exists, weight slots that shared memory cannot hold: past
+    the limit a worker dies of SIGBUS half way through writing one."""
+    per_slot = spec_bytes(spec)
+    need = per_slot * n_slots
+    if free is None or need <= free:
+        return
+    raise ConfigError(
+        f"the AReaL-style runner keeps {n_slots} copies of the trainable weights in shared "
+        f"memory, {per_slot / GIB:.2f} GiB each, {need / GIB:.2f} GiB in all, but {SHM_DIR} "
+        f"has {free / GIB:.2f} GiB free. Give it more (in Docker: `docker run "
+        f"--shm-size={math.ceil(1.25 * need / GIB)}g`), or run mode sync or async, which keep "
+        "no shared copies")
+
+
+def trainable_spec(model_dir: str) -> ParamSpec:
+    """Names, shapes and dtypes of the trainable tensors, from the config alone (meta device)."""
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters() if p.requires_grad]
+
+
+class WeightSlots:
+    """Copies of the trainable state, one current, with lock-free consistent reads.
+
+    Callers pass tensors as a list in `names` order (resolve it once with `ordered`), so a
+    write or a read is one multi-tensor copy and a few counter updates.
+
+    A slot is one flat buffer per dtype, and its tensors are views into it: a process
+    receives a slot as one file descriptor per buffer, not one per tensor. (Python's fork
+    server passes at most 256 descriptors to a new process; Qwen2.5-0.5B has 290 tensors.)
+    """
+
+    def __init__(self, spec: ParamSpec, n_slots: int, state: LockedArray, shared: bool):
+        def alloc(numel: int, dtype: torch.dtype) -> torch.Tensor:
+            t = torch.empty(numel, dtype=dtype)
+            return t.share_memory_() if shared else t
+
+        self.spec = spec
+        self.names = [n for n, _, _ in spec]
+        sizes: dict[torch.dtype, int] = {}
+        for _, shape, dtype in spec:
+            sizes[dtype] = sizes.get(dtype, 0) + math.prod(shape)
+        self._buffers = [{d: alloc(n, d) for d, n in sizes.items()} for _ in range(n_slots)]
+        self.slots = [self._views(b) for b in self._buffers]
+        # One shared array: [current slot, policy version, seq of slot 0, seq of slot 1, ...].
+        # A slot's seq is odd while it is being written.
+        if len(state) != 2 + n_slots:
+            raise ValueError(f"{n_slots} slots need a state array of {2 + n_slots}")
+        self._state = state
+        self._state[1] = -1  # nothing published yet: readers wait for the service's first write
+        self._lock = self._state.get_lock()  # also the memory barrier around every copy
+
+    def _views(self, buffers: dict[torch.dtype, torch.Tensor]) -> list[torch.Tensor]:
+        """The slot's tensors, in `names` order, as views into its flat buffers."""
+        offsets = dict.fromkeys(buffers, 0)
+        views = []
+        for _, shape, dtype in self.spec:
+            n = math.prod(shape)
+            views.append(buffers[dtype][offsets[dtype]:offsets[dtype] + n].view(shape))
+            offsets[dtype] += n
+        return views
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        del state["slots"]  # rebuilt from the buffers, so only those cross to a process
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.slots = [self._views(b) for b in self._buffers]
+
+    def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Detached views of `named` in slot order (KeyError names a missing tensor).
+
+        Views share storage with the parameters, so copying into them updates the model,
+        and neither direction needs autograd switched off.
+        """
+        return [named[n].detach() for n in self.names]
+
+    def head(self) -> tuple[int, int]:
+        """(current slot, policy version), read together."""
+        with self._lock:
+            return int(self._state[0]), int(self._state[1])
+
+    def version(self) -> int:
+        return self.head()[1]
+
+    def publish(self, slot: int, version: int) -> None:
+        """Make `slot` current at `version`. Only the parameter service calls this."""
+        with self._lock:
+            self._state[0] = slot
+            self._state[1] = version
+
+    def publish_next(self, slot: int, base_version: int) -> tuple[bool, int, int]:
+        """If the current version is base_version, make `slot` current at base_version + 1.
+
+        Returns (published, version after, slot that was current before), in one locked step.
+        """
+        with self._lock:
+            previous, version = int(self._state[0]), int(self._state[1])
+            if version != base_version:
+                return False, version, previous
+            self._state[0] = slot
+            self._state[1] = version + 1
+            return True, version + 1, previous
+
+    def _bump(self, slot: int) -> None:
+        with self._lock:
+            self._state[2 + slot] += 1
+
+    def write(self, slot: int, tensors: list[torch.Tensor]) -> None:
+        """Copy tensors (in `names` order) into a slot the writer owns (its staging slot)."""
+        self._bump(slot)
+        torch._foreach_copy_(self.slots[slot], tensors)  # one call, not a loop of small copies
+        self._bump(slot)
+
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        """Copy the current slot into tensors (in `names` order); returns its version."""
+        while True:
+            with self._lock:
+                slot, version = int(self._state[0]), int(self._state[1])
+                before = int(self._state[2 + slot]) if version >= 0 else 1
+            if before % 2:  # unpublished, or a writer is mid-copy: look again
+                time.sleep(0.001)
+                continue
+            torch._foreach_copy_(tensors, self.slots[slot])
+            with self._lock:
+                if int(self._state[2 + slot]) == before:
+                    return version

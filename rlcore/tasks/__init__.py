@@ -1,0 +1,1 @@
+"""Task suites, prompts, the reward harness and its sandbox, and the shipped task data."""

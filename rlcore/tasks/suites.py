@@ -1,0 +1,210 @@
+"""Task suites: where prompts and their reference answers come from.
+
+A suite has two disjoint splits, `train` and `heldout`. `arith` generates its problems
+deterministically from a seed; `jsonl` reads a user's files (one JSON object a line),
+checks each line against a schema and reports bad lines by number.
+
+A jsonl line is an answer task (`prompt`, `answer`) or a code task (`prompt`, `entry_point`,
+`tests`): each test is a one-line assertion on the entry point, e.g.
+`"assert clamp(5, 0, 3) == 3"`, or an input/output pair `{"args": [5, 0, 3], "expected": 3}`.
+Arguments must be Python literals (the sandbox passes them as such). The shipped code tasks
+are `rlcore/tasks/data/code/{train,heldout}.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import jsonschema
+
+from rlcore.config import ConfigError, TaskConfig
+
+
+@dataclass(frozen=True)
+class Task:
+    """One prompt with what a correct response must contain."""
+
+    task_id: str
+    prompt: str
+    answer: str | None = None
+    # Code tasks carry assertion tests on `entry_point` instead (rlcore.tasks.sandbox runs them).
+    tests: list[str] | None = None
+    entry_point: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return "code" if self.tests else "answer"
+
+
+class TaskSuite(Protocol):
+    """A source of tasks with a disjoint train and held-out split."""
+
+    name: str
+
+    def split(self, name: str) -> list[Task]: ...
+
+
+class TaskFileError(ConfigError):
+    """A task file the user must fix; the message names the file and the line."""
+
+
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_WORDS = {"+": "plus", "-": "minus", "*": "times"}
+
+
+def arith_prompt(a: int, op: str, b: int, form: str) -> str:
+    """'3+4=' or, for instruct models, 'What is 3 plus 4? Answer with a single number.'"""
+    if form == "words":
+        return f"What is {a} {_WORDS[op]} {b}? Answer with a single number."
+    return f"{a}{op}{b}="
+
+
+class ArithSuite:
+    """Arithmetic problems `a+b=` over operands 0..max_operand, split by a seeded shuffle."""
+
+    name = "arith"
+
+    def __init__(self, cfg: TaskConfig):
+        problems = []
+        for op in cfg.operators:
+            for a in range(cfg.max_operand + 1):
+                for b in range(cfg.max_operand + 1):
+                    if op == "-" and b > a:  # keep answers non-negative
+                        continue
+                    problems.append((a, op, b))
+        if cfg.heldout_size >= len(problems):
+            raise ConfigError(
+                f"task.heldout_size ({cfg.heldout_size}) must be smaller than the "
+                f"{len(problems)} distinct problems of this arith setting"
+            )
+        random.Random(cfg.split_seed).shuffle(problems)
+        tasks = [
+            Task(task_id=f"{a}{op}{b}", prompt=arith_prompt(a, op, b, cfg.arith_form),
+                 answer=str(_OPS[op](a, b)))
+            for a, op, b in problems
+        ]
+        self._splits = {"heldout": tasks[: cfg.heldout_size], "train": tasks[cfg.heldout_size :]}
+
+    def split(self, name: str) -> list[Task]:
+        return self._splits[name]
+
+
+TASK_LINE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": ["string", "integer"]},
+        "prompt": {"type": "string", "minLength": 1},
+        "answer": {"type": ["string", "number"]},
+        "tests": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {
+                        "type": "object",
+                        "properties": {"args": {"type": "array"}, "expected": {}},
+                        "required": ["args", "expected"],
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+        },
+        "entry_point": {"type": "string", "minLength": 1},
+        "meta": {"type": "object"},
+    },
+    "required": ["prompt"],
+    "oneOf": [{"required": ["answer"]}, {"required": ["tests"]}],
+    "additionalProperties": False,
+}
+
+
+def io_assertion(entry_point: str, pair: dict[str, Any]) -> str:
+    """An input/output test as the assertion it stands for."""
+    args = ", ".join(repr(a) for a in pair["args"])
+    return f"assert {entry_point}({args}) == {pair['expected']!r}"
+
+
+def read_task_file(path: str | Path) -> list[Task]:
+    """Read a JSONL task file; any malformed line raises TaskFileError naming its number."""
+    p = Path(path)
+    if not p.is_file():
+        raise TaskFileError(f"task file '{p}' does not exist")
+    validator = jsonschema.Draft202012Validator(TASK_LINE_SCHEMA)
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    # split("\n"), not splitlines(): U+2028 and friends are legal inside JSON strings.
+    for lineno, line in enumerate(p.read_text().split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskFileError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
+        err = next(iter(validator.iter_errors(row)), None)
+        if err is not None:
+            if err.validator == "oneOf":
+                msg = "a task needs exactly one of 'answer' or 'tests'"
+            else:
+                where = ".".join(map(str, err.absolute_path)) or "line"
+                msg = f"{where}: {err.message}"
+            raise TaskFileError(f"{p}:{lineno}: {msg}")
+        task_id = str(row.get("id", f"{p.stem}-{lineno}"))
+        if task_id in seen:
+            raise TaskFileError(f"{p}:{lineno}: duplicate task id '{task_id}'")
+        seen.add(task_id)
+        answer = row.get("answer")
+        tests = row.get("tests")
+        if tests is not None:
+            if "entry_point" not in row:
+                raise TaskFileError(f"{p}:{lineno}: a code task (one with 'tests') needs "
+                                    "'entry_point', the name of the function to test")
+            tests = [t if isinstance(t, str) else io_assertion(row["entry_point"], t)
+                     for t in tests]
+        tasks.append(
+            Task(
+                task_id=task_id,
+                prompt=row["prompt"],
+                answer=None if answer is None else str(answer),
+                tests=tests,
+                entry_point=row.get("entry_point"),
+                meta=row.get("meta", {}),
+            )
+        )
+    if not tasks:
+        raise TaskFileError(f"task file '{p}' holds no tasks")
+    return tasks
+
+
+class JsonlSuite:
+    """A user's tasks: one file for training, one for held-out evaluation."""
+
+    name = "jsonl"
+
+    def __init__(self, cfg: TaskConfig):
+        assert cfg.train_path and cfg.heldout_path  # checked by config validation
+        self._splits = {
+            "train": read_task_file(cfg.train_path),
+            "heldout": read_task_file(cfg.heldout_path),
+        }
+        overlap = {t.prompt for t in self._splits["train"]} & {
+            t.prompt for t in self._splits["heldout"]
+        }
+        if overlap:
+            raise TaskFileError(
+                f"{len(overlap)} prompt(s) appear in both task.train_path and "
+                f"task.heldout_path, e.g. {sorted(overlap)[0]!r}; the splits must be disjoint"
+            )
+
+    def split(self, name: str) -> list[Task]:
+        return self._splits[name]
+
+
+def load_suite(cfg: TaskConfig) -> TaskSuite:
+    """The task suite named by the config."""
+    return ArithSuite(cfg) if cfg.suite == "arith" else JsonlSuite(cfg)

@@ -1,0 +1,101 @@
+"""Each pipeline job's code digest covers every module the job can import.
+
+The digests (`rlcore/code_digest.py`) hash packages; these tests follow the imports, lazy
+ones included, from what each rule runs and fail when one leaves the rule's part. The
+pipeline tests (`tests/test_workflow.py`) show what an edit of each part reruns.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from rlcore.code_digest import analysis_files, base_files, digest, runtime_files
+from tests.import_graph import ROOT, closure, import_graph, imported, modules
+
+# The functions of rlcore/cli.py each job's command runs (besides main, entry and the parser).
+COMMANDS = {"run": ("_run",), "replay": ("_replay",), "base_model": ("_build_base",)}
+ALWAYS = ("main", "entry", "build_parser")
+
+
+def command_imports(functions: tuple[str, ...]) -> set[str]:
+    """The rlcore modules `rlcore <command>` imports directly: cli's module-level imports and
+    those inside the named functions (cli.py itself is in every part)."""
+    tree = ast.parse((ROOT / "rlcore" / "cli.py").read_text())
+    nodes = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in (*functions, *ALWAYS):
+            nodes += list(ast.walk(fn))
+    return imported(nodes, "rlcore", modules()) - {"rlcore.cli"}
+
+
+def outside(names: set[str], part: list[Path]) -> list[str]:
+    """The modules among `names` whose file the part does not hash."""
+    known, hashed = modules(), set(part)
+    return sorted(n for n in names if known[n] not in hashed)
+
+
+@pytest.mark.parametrize("rule", ["run", "replay"])
+def test_run_and_replay_jobs_import_only_runtime_code(rule: str):
+    reached = closure(command_imports(COMMANDS[rule]), import_graph())
+    # the closure is real: the runners, the replay and the evaluation are in it
+    assert {"rlcore.runners.areal", "rlcore.runners.asynchronous.rollout",
+            "rlcore.evaluation"} <= reached or rule == "replay"
+    assert {"rlcore.replay.replayer", "rlcore.evaluation"} <= reached or rule == "run"
+    assert outside(reached, runtime_files(ROOT)) == []
+
+
+def test_base_model_job_imports_only_base_code():
+    reached = closure(command_imports(COMMANDS["base_model"]), import_graph())
+    assert "rlcore.policy.tiny" in reached
+    assert outside(reached, base_files(ROOT)) == []
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "workflow" / "scripts")
+                                          .glob("*.py")))
+def test_table_and_figure_scripts_import_analysis_and_runtime_code(script: str):
+    """A script's rule hashes analysis/; what analysis imports below it is runtime code,
+    hashed by the runs that are the rule's inputs. Nothing reaches measure/."""
+    path = ROOT / "workflow" / "scripts" / script
+    direct = imported(ast.walk(ast.parse(path.read_text())), "", modules())
+    reached = closure(direct, import_graph())
+    assert any(n.startswith("rlcore.analysis") for n in reached)
+    assert outside(reached, analysis_files(ROOT) + runtime_files(ROOT)) == []
+
+
+def test_a_leak_is_caught():
+    """Were a runner to import a figure module, the runs' part would not cover it."""
+    graph = import_graph()
+    graph["rlcore.runners.sync"] = graph["rlcore.runners.sync"] | {
+        "rlcore.analysis.figures.style"}
+    reached = closure(command_imports(COMMANDS["run"]), graph)
+    assert "rlcore.analysis.figures.style" in outside(reached, runtime_files(ROOT))
+
+
+def test_every_part_holds_the_command():
+    cli = ROOT / "rlcore" / "cli.py"
+    assert cli in base_files(ROOT) and cli in runtime_files(ROOT)
+
+
+def test_parts_split_the_package():
+    """Every file of rlcore/ is in the runtime part or in analysis/ or measure/; the base
+    part is within the runtime part."""
+    every = {p for p in (ROOT / "rlcore").rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    runtime, analysis = set(runtime_files(ROOT)), set(analysis_files(ROOT))
+    measure = {p for p in every if p.is_relative_to(ROOT / "rlcore" / "measure")}
+    assert runtime | analysis | measure == every
+    assert not runtime & (analysis | measure)
+    assert set(base_files(ROOT)) < runtime
+
+
+def test_digest_follows_paths_and_contents(tmp_path: Path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("x = 1\n")
+    first = digest(tmp_path, [a])
+    assert digest(tmp_path, [b]) != first  # same content, another file
+    a.write_text("x = 2\n")
+    assert digest(tmp_path, [a]) != first

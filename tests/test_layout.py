@@ -1,0 +1,104 @@
+"""The package layout: imports point down the layers, with no cycle, lazy and TYPE_CHECKING
+imports included, and README's layout section names every package."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.import_graph import PACKAGE, ROOT, import_graph, imported, modules
+
+# Bottom to top: a module may import from its own layer or from a layer below.
+LAYERS = (
+    "rlcore.errors",
+    "rlcore.code_digest",
+    "rlcore.config",
+    "rlcore.algo",
+    "rlcore.tasks",
+    "rlcore.policy",
+    "rlcore.record",
+    "rlcore.evaluation",
+    "rlcore.runners",
+    "rlcore.replay",
+    "rlcore.analysis",
+    "rlcore.measure",
+    "rlcore.cli",
+    "rlcore.__main__",
+)
+# What only reads finished runs imports no runtime (the runs' code digest leaves it out).
+ANALYSIS_MAY_IMPORT = ("rlcore.errors", "rlcore.config", "rlcore.algo", "rlcore.record",
+                       "rlcore.analysis")
+
+
+def layer(module: str) -> int:
+    for i, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + "."):
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/test_layout.py: add it to LAYERS")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if a != "rlcore" and b != "rlcore" and layer(b) > layer(a))
+
+
+class TestImports:
+    def test_no_cycle(self):
+        assert find_cycle(import_graph()) is None
+
+    def test_imports_point_down(self):
+        assert upward(import_graph()) == []
+
+    def test_analysis_reads_finished_runs_only(self):
+        wrong = [f"{a} -> {b}" for a, targets in import_graph().items()
+                 if a.startswith("rlcore.analysis") for b in targets
+                 if not b.startswith(ANALYSIS_MAY_IMPORT)]
+        assert wrong == []
+
+    def test_the_checks_see_cycles_upward_and_hidden_imports(self):
+        assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c",
+                                                                               "a"]
+        assert find_cycle({"a": {"b"}, "b": set()}) is None
+        assert upward({"rlcore.record.ledger": {"rlcore.runners.common"}}) == [
+            "rlcore.record.ledger -> rlcore.runners.common"]
+        source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                  "    from rlcore.cli import main\n"
+                  "def f():\n    import rlcore.runners.sync\n"
+                  "from .models import x\n")
+        found = imported(ast.walk(ast.parse(source)), "rlcore.policy", modules())
+        assert found >= {"rlcore.cli", "rlcore.runners.sync", "rlcore.policy"}
+
+
+def test_readme_layout_names_every_package():
+    """README's layout section lists each package of rlcore/ (and nothing that is not one)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Layout"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    packages = {p.parent.relative_to(ROOT).as_posix() + "/"
+                for p in PACKAGE.rglob("__init__.py")}
+    named = set(re.findall(r"`(rlcore/(?:[a-z_]+/)*)`", section))
+    assert packages - named == set(), "README's layout section omits these packages"
+    assert named - packages == set(), "README's layout section names packages that do not exist"
