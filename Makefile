@@ -4,6 +4,9 @@
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint (ruff, mypy, snakemake --lint, snakefmt) and
 #               run the test suite
+# make lock   : refresh requirements.lock, the exact versions `make setup` installs: resolve
+#               pyproject.toml's ranges anew in a throwaway venv (torch==TORCH_VERSION first,
+#               then the package with all extras) and freeze it; commit the result (~2 min)
 # make paper-smoke : config/paper.yaml end to end on CPU with a random Qwen2.5-0.5B-size
 #               stand-in, a few updates per mode, then eval: time, memory and weight sync
 #               per mode (a benchmark, ~10 min and ~17 GB of RAM here; not part of make test)
@@ -14,6 +17,10 @@ STAMP := $(VENV)/.rlcore-installed
 CONFIG ?= config/config.yaml
 # torch's wheel index; empty = the default (a CPU build here). GPUs: README, "GPU setup".
 TORCH_INDEX ?=
+# Exact versions of everything `make setup` installs (torch without its build tag, e.g. +cpu).
+LOCK := requirements.lock
+# The torch release `make lock` starts from; `make setup` takes the one in the lock.
+TORCH_VERSION ?= 2.13.0
 REPORT ?= results/report.html
 # Snakemake's jobs call `rlcore` and the scripts' python from the venv.
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -23,17 +30,38 @@ SNAKEMAKE := snakemake --profile workflow/profiles/default \
 SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
 
-.PHONY: setup run resume test lint clean paper-smoke
+.PHONY: setup lock run resume test lint clean paper-smoke
 
 setup: $(STAMP)
 
-# Re-installs only when pyproject.toml changes; otherwise a no-op.
-$(STAMP): pyproject.toml
+# Re-installs only when pyproject.toml or the lock changes; otherwise a no-op. pip and torch
+# come first, at the lock's versions (torch from TORCH_INDEX when set: the lock's `torch==X`
+# is met by any build of X, +cpu or +cuXYZ); then everything in the lock; then the package
+# itself, which adds nothing; pip check fails if the lock no longer meets pyproject's ranges.
+$(STAMP): pyproject.toml $(LOCK)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -e '.[test,pipeline,slurm]'
+	$(BIN)/python -m pip install -q "$$(grep '^pip==' $(LOCK))"
+	$(BIN)/python -m pip install -q --no-deps "$$(grep '^torch==' $(LOCK))" \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip check
 	touch $(STAMP)
+
+# A fresh venv in a temporary folder, removed afterwards; the lock is replaced only on success.
+lock:
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; py="$$tmp/venv/bin/python"; \
+	$$py -m pip install -q --upgrade pip; \
+	$$py -m pip install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
+	$$py -m pip install -q -e '.[test,pipeline,slurm]'; \
+	{ echo "# Exact versions for \`make setup\`; regenerate with \`make lock\` (see the Makefile), never by hand."; \
+	  echo "# Resolved from pyproject.toml's ranges with all extras, after torch==$(TORCH_VERSION)$(if $(TORCH_INDEX), from $(TORCH_INDEX)),"; \
+	  echo "# by pip freeze --all --exclude-editable; torch's build tag (+cpu, +cuXYZ) dropped."; \
+	  echo "# Python $$($$py -c 'import platform; print(platform.python_version(), platform.system(), platform.machine())')"; \
+	  $$py -m pip freeze --all --exclude-editable | sed -E 's/^(torch==[^+]*)\+.*/\1/'; \
+	} > "$$tmp/lock"; \
+	mv "$$tmp/lock" $(LOCK)
 
 # The report is rebuilt only when something it shows is newer than it: the outputs beside it,
 # the config, the workflow or the captions (rendering it takes seconds even when unchanged).

@@ -15,6 +15,7 @@ re-derive every draw from the schedule alone (docs/replay.md).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import struct
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
@@ -51,6 +52,18 @@ def token_uniform(seed: int, slot: int, attempt: int, position: int) -> float:
     int64s), over 2**53."""
     h = hashlib.blake2b(struct.pack("<4q", seed, slot, attempt, position), digest_size=8)
     return (int.from_bytes(h.digest(), "little") >> 11) / 2**53
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword under which `model`'s forward takes the KV cache.
+
+    transformers 5.24 renamed `past_key_values` to `cache`: the old name still works there but
+    raises a FutureWarning, and goes in 5.40. Releases 5.0 to 5.23 know only
+    `past_key_values` (there `cache` would land in **kwargs and be ignored). The forward's
+    signature tells which; the deprecation decorator keeps the signature (functools.wraps).
+    """
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,7 @@ class ChunkedSampler:
         self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
         self.steps = 0
         self.chunks = 0  # calls of step() that sampled: the schedule counts in these
+        self._cache_kw = cache_keyword(policy.model)
         self.next_logits = self._prefill()  # [B, V]
 
     @property
@@ -141,7 +155,7 @@ class ChunkedSampler:
         with torch.no_grad(), self.policy.autocast():
             out = self.policy.model(
                 input_ids=self.ids, attention_mask=self.mask, position_ids=pos,
-                past_key_values=self.cache, use_cache=True,
+                use_cache=True, **{self._cache_kw: self.cache},
             )
         return out.logits[:, -1].float()
 
@@ -199,7 +213,7 @@ class ChunkedSampler:
             with torch.no_grad(), self.policy.autocast():
                 out = self.policy.model(
                     input_ids=tok[:, None], attention_mask=self.mask, position_ids=pos,
-                    past_key_values=self.cache, use_cache=True,
+                    use_cache=True, **{self._cache_kw: self.cache},
                 )
             self.next_logits = out.logits[:, -1].float()
             self.logits_version = self.version

@@ -1,0 +1,58 @@
+"""ChunkedSampler hands the model its KV cache under the keyword the installed transformers
+expects: `cache` from 5.24 on, `past_key_values` before (deprecated in 5.24, gone in 5.40)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from rlcore.config import RunConfig
+from rlcore.sampler import Draws, cache_keyword
+from tests.test_backend import PROMPTS, policy_for
+
+
+class OldForward(torch.nn.Module):
+    def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+        return input_ids
+
+
+class NewForward(torch.nn.Module):
+    def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs):
+        return input_ids
+
+
+@pytest.mark.parametrize(("model", "keyword"), [(OldForward(), "past_key_values"),
+                                                (NewForward(), "cache")])
+def test_cache_keyword_follows_the_forward_signature(model: torch.nn.Module, keyword: str):
+    assert cache_keyword(model) == keyword
+
+
+@pytest.mark.parametrize("swap", ["keep_cache", "reprefill"])
+def test_chunked_sampling_raises_no_deprecation_warning(cfg: RunConfig, swap: str):
+    """Prefill, chunks, a weight swap (`keep_cache` or `reprefill`), more chunks: with every
+    FutureWarning and DeprecationWarning an error, and the cache filled as it goes (a keyword
+    the model does not know would be swallowed by its **kwargs and leave the cache empty)."""
+    policy = policy_for(cfg)
+    policy.stop_ids = set()  # no row stops early: every row runs every step
+    ids = [policy.encode_prompt(p) for p in PROMPTS]
+    width = max(len(p) for p in ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        s = policy.sampler(ids, max_new_tokens=6, temperature=1.0,
+                           draws=Draws(0, [(i, 0) for i in range(len(ids))]), version=0)
+        assert s.cache.get_seq_length() == width
+        s.step(2)
+        assert s.cache.get_seq_length() == width + 2
+        getattr(s, swap)(version=1)
+        while not s.done:
+            s.step(2)
+        greedy = policy.greedy(ids, 3)
+    assert s.cache.get_seq_length() == width + 5  # the last token is sampled, not fed back
+    assert [len(g.response_ids) for g in s.gens] == [6] * len(ids)
+    # keep_cache: the third token still comes from logits of the old weights
+    expected = [0, 0, 0, 1, 1, 1] if swap == "keep_cache" else [0, 0, 1, 1, 1, 1]
+    assert [g.versions for g in s.gens] == [expected] * len(ids)
+    assert [len(r) for r in greedy] == [3] * len(ids)
