@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig
-from rlcore.sampler import Draws, cache_keyword
+from rlcore.policy.sampler import Draws, cache_keyword
 from tests.test_backend import PROMPTS, policy_for
 
 
