@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -64,3 +66,47 @@ def test_summary_schema_names_the_modes():
     schema = json.loads((ROOT / "rlcore" / "record" / "schemas" / "summary.schema.json")
                         .read_text())
     assert tuple(schema["properties"]["mode"]["enum"]) == MODES
+
+
+DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SOURCE_DIRS = ("rlcore", "workflow", "tests")
+
+
+def defined_names(path: Path) -> set[str]:
+    """Top-level classes, functions and assignments of a module, and each class's methods."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                names |= {f"{node.name}.{n.name}" for n in node.body
+                          if isinstance(n, ast.FunctionDef)}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def resolve_reference(ref: str) -> str | None:
+    """Why a `path.py::name` reference in the docs is broken, or None if it resolves: the path
+    must name one file (a suffix of its path below the repository) and the name must be
+    defined in it."""
+    path, _, name = ref.partition("::")
+    files = [p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py")]
+    matches = [p for p in files if (rel := p.relative_to(ROOT).as_posix()) == path
+               or rel.endswith("/" + path)]
+    if len(matches) != 1:
+        return f"{ref}: {path} names {len(matches)} files"
+    if name and name not in defined_names(matches[0]):
+        return f"{ref}: {matches[0].relative_to(ROOT)} defines no {name}"
+    return None
+
+
+def test_docs_name_only_files_and_functions_that_exist():
+    """Every `path.py` and `path.py::name` in the docs resolves (README's layout table names
+    modules relative to each row's package, so there only paths and names are checked)."""
+    refs = {ref for doc in DOCS
+            for ref in re.findall(r"`((?:[\w./-]+/)?\w+\.py(?:::[\w.]+)?)`", doc.read_text())
+            if doc.parent.name == "docs" or "/" in ref or "::" in ref}
+    broken = sorted(msg for ref in refs if (msg := resolve_reference(ref)))
+    assert broken == []
