@@ -2,12 +2,15 @@
 
   runtime.py        the life cycle of a run: launch, ready barrier, drive, stop
   vehicles.py       what carries the roles: worker processes (AReaL-style) or threads
-  interfaces.py     the Protocols a role sees (queues, flags, counters, its context)
+  interfaces.py     the Protocols the vehicles provide (queues, flags, counters)
+  contexts.py       what each role is handed: its config and only its channels
   messages.py       the picklable messages between the roles
   controller.py     dispatch, reward, the staleness rules (rlcore/algo/staleness.py), batching
   rollout.py        the rollout worker: chunked generation, interrupts
   trainer.py        the trainer worker: updates proposed for commit
   param_service.py  the one writer of the policy and its version clock
+  weight_slots.py   the copies of the weights, read under a sequence lock
+  forkserver.py     the clean server process the worker processes are forked from
   placement.py      CPU cores for the heavy roles
   health.py         failing fast, and leaving no process behind
 
