@@ -18,7 +18,7 @@ from rlcore.config import (
     load_config,
     run_config_schema,
 )
-from rlcore.errors import ReplayError, RunExistsError, WorkerFailed
+from rlcore.errors import HarnessFailed, ReplayError, RunExistsError, WorkerFailed
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -265,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 2
     except ReplayError as e:  # a schedule that cannot be replayed, or a divergence
+        print(f"rlcore: error: {e}", file=sys.stderr)
+        return 1
+    except HarnessFailed as e:  # the message names the sample and the exception
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 1
     except WorkerFailed as e:

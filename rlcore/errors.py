@@ -16,3 +16,8 @@ class ReplayError(Exception):
 
 class WorkerFailed(RuntimeError):
     """A worker raised or died; the message names it and carries its traceback."""
+
+
+class HarnessFailed(RuntimeError):
+    """The reward harness itself raised more often than `reward.max_harness_errors` allows;
+    the message names the sample and the exception."""

@@ -198,6 +198,11 @@ class RewardConfig:
     sandbox_output_kb: int = _f(
         64, "Code tasks: stdout+stderr read; a response printing more is cut off.", minimum=1
     )
+    max_harness_errors: int = _f(
+        0, "Harness failures (the harness raising, e.g. a sandbox that cannot start; not a "
+        "response failing its tests) tolerated, each sample scored 0; one more stops the run. "
+        "0: the first stops it.", minimum=0,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

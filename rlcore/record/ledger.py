@@ -113,8 +113,9 @@ def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, work
         "response_tokens": response_tokens,
         "finished": finished,
         "logprob_sum": logprob_sum,
-        # code tasks: how many tests passed, and the first failure (None when all passed)
-        **{k: scored[k] for k in ("tests_passed", "error") if k in scored},
+        # code tasks: how many tests passed, and the first failure (None when all passed);
+        # any task: what the harness raised instead of judging the response
+        **{k: scored[k] for k in ("tests_passed", "error", "harness_error") if k in scored},
         "t_emit": t_emit,
     }
 

@@ -114,6 +114,9 @@ def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
             "tokens_per_s": per_s(generated),
             "acceptance_rate": len(accepted) / emitted if emitted else 0.0,
         },
+        "reward": {
+            "harness_errors": sum("harness_error" in r for r in samples),
+        },
         "staleness": {
             "mean_accepted": sum(r["staleness"] for r in accepted) / max(len(accepted), 1),
             "max_accepted": max((r["staleness"] for r in accepted), default=0),

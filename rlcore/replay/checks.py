@@ -56,7 +56,12 @@ class Verifier:
         self._compare(f"{event} logprob_sum", "logprob_sum", row["logprob_sum"],
                       sum(g.logprobs))
         if (row["reward"], row["pass"]) != (result["reward"], result["pass"]):
-            self._diverged(f"{event} reward (a code test at its time limit?)",
+            why = "a code test at its time limit?"
+            if "harness_error" in row:
+                why = f"the run's harness failed: {row['harness_error']}"
+            elif "harness_error" in result:
+                why = f"the harness failed here: {result['harness_error']}"
+            self._diverged(f"{event} reward ({why})",
                            (row["reward"], row["pass"]), (result["reward"], result["pass"]))
 
     def loss(self, commit: Commit, loss: float) -> None:

@@ -264,6 +264,9 @@ class Replay:
         results = self.rewards.map((text, self.prompt(rec.rows[i][2]).task)
                                    for text, i in zip(texts, scored, strict=True))
         for i, text, result in zip(scored, texts, results, strict=True):
+            fate = self.schedule.sample(*rec.rows[i][:2])
+            assert fate is not None, "a scored row has a fate"
+            self.rewards.admit(fate.sample_id, self.prompt(rec.rows[i][2]), result)
             g = sampler.gens[i]
             self.rows[rec.rows[i][:2]] = Replayed(g, text, result, rec.worker, t1)
             if self.verifier is not None:

@@ -74,10 +74,12 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         ledger.span("rollout", ROLLOUT, t0, t1, samples=len(gens))
         texts = [policy.decode_response(g.response_ids) for g in gens]
         results = rewards.map(zip(texts, [p.task for p in prompts], strict=True))
-        ids = [ledger.arrive(p, g, {"response": text, **result}, current_version=version,
-                             slot=s, attempt=0, worker=ROLLOUT, t_emit=t1)
-               for p, g, text, result, s in zip(prompts, gens, texts, results, slots,
-                                                strict=True)]
+        ids = []
+        for p, g, text, result, s in zip(prompts, gens, texts, results, slots, strict=True):
+            ids.append(ledger.arrive(p, g, {"response": text, **result},
+                                     current_version=version, slot=s, attempt=0,
+                                     worker=ROLLOUT, t_emit=t1))
+            rewards.admit(ids[-1], p, result)
         rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version)
                 for i in ids]
         t2 = ledger.now()

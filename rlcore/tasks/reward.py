@@ -11,6 +11,13 @@ tiny model is the same. A non-numeric reference must equal the whole stripped re
 `RewardPool` takes scoring off the caller's path: code evaluations run in a few threads, each
 with a sandbox slot of its own, and report back through a callback, so a slow or hostile
 response never stalls the controller.
+
+A *harness failure* is `evaluate_response` raising (a sandbox that cannot start, a broken
+task): the response was never judged. A response whose tests fail, crash or time out has
+been judged, and scores an ordinary 0. Every runner and the replay score through
+`RewardPool`, which turns a harness failure into reward 0 with `harness_error` set and, once
+the runner knows the sample (`admit`), stops the run when there are more failures than
+`reward.max_harness_errors`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlcore.config import RewardConfig
+from rlcore.errors import HarnessFailed
+from rlcore.tasks.prompts import Prompt
 from rlcore.tasks.sandbox import extract_code, run_tests
 from rlcore.tasks.suites import Task
 
@@ -70,7 +79,7 @@ def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: i
 
 
 class RewardPool:
-    """Scores responses off the caller's path.
+    """Scores responses off the caller's path, and applies the harness-failure rule.
 
     Answer tasks take microseconds and are scored at once, in the caller (`submit` returns
     the result); code tasks go to `cfg.workers` threads (the sandbox is a subprocess, so
@@ -81,6 +90,7 @@ class RewardPool:
     def __init__(self, cfg: RewardConfig,
                  done: Callable[[Any, dict[str, Any]], None] | None = None):
         self.cfg, self.done = cfg, done
+        self.harness_errors = 0  # admitted so far
         slots = itertools.count()
         self._slot = threading.local()
 
@@ -93,27 +103,46 @@ class RewardPool:
     def submit(self, key: Any, response_text: str, task: Task) -> dict[str, Any] | None:
         """Score a response: the result now (answer tasks), or None and `done` later."""
         if task.kind != "code":
-            return evaluate_response(response_text, task, self.cfg)
+            return self._evaluate(response_text, task)
         self._pool.submit(self._score, key, response_text, task)
         return None
 
     def _score(self, key: Any, response_text: str, task: Task) -> None:
-        try:
-            result = evaluate_response(response_text, task, self.cfg, self._slot.index)
-        except Exception as e:  # noqa: BLE001 - a harness failure scores 0, and says why
-            result = {"reward": 0.0, "pass": False, "parsed": None, "eval_s": 0.0,
-                      "error": f"harness: {type(e).__name__}: {e}"}
+        result = self._evaluate(response_text, task, self._slot.index)
         if self.done is not None:
             self.done(key, result)
+
+    def _evaluate(self, response_text: str, task: Task, slot: int = 0) -> dict[str, Any]:
+        try:
+            return evaluate_response(response_text, task, self.cfg, slot)
+        except Exception as e:  # noqa: BLE001 - the harness failed; `admit` judges the run
+            # No reward was computed: 0 keeps the sample's place in its group and batch.
+            return {"reward": 0.0, "pass": False, "parsed": None, "eval_s": 0.0,
+                    "harness_error": f"{type(e).__name__}: {e}"}
 
     def map(self, items: Iterable[tuple[str, Task]]) -> list[dict[str, Any]]:
         """Score (response, task) pairs concurrently and return the results in order."""
         items = list(items)
         if not any(task.kind == "code" for _, task in items):  # microseconds each: inline
-            return [evaluate_response(text, task, self.cfg) for text, task in items]
+            return [self._evaluate(text, task) for text, task in items]
         return list(self._pool.map(
-            lambda item: evaluate_response(item[0], item[1], self.cfg, self._slot.index),
-            items))
+            lambda item: self._evaluate(item[0], item[1], self._slot.index), items))
+
+    def admit(self, sample_id: int, prompt: Prompt, result: dict[str, Any]) -> None:
+        """Count `result` if the harness failed on it; raise HarnessFailed, naming the sample,
+        once that makes more failures than `reward.max_harness_errors`."""
+        if "harness_error" not in result:
+            return
+        self.harness_errors += 1
+        n, limit = self.harness_errors, self.cfg.max_harness_errors
+        if n > limit:
+            raise HarnessFailed(
+                f"reward harness failed on sample {sample_id} (task {prompt.task.task_id}, "
+                f"group {prompt.group_id}): {result['harness_error']}; that is {n} harness "
+                f"failure{'s' if n > 1 else ''}, more than reward.max_harness_errors={limit} "
+                "allows. The run was stopped and no summary.json was written: fix the harness "
+                "(e.g. the sandbox) or raise reward.max_harness_errors to score such samples 0 "
+                "and go on")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -170,6 +170,7 @@ class Controller:
             group.prompt, gen, {"response": msg.text, **result}, current_version=version,
             slot=msg.slot.slot_id, attempt=msg.slot.attempt, worker=msg.worker,
             t_emit=self.ledger.on_clock(msg.t_emit))
+        self.rewards.admit(sample_id, group.prompt, result)
         v_rollout = rollout_version(gen.versions, version)
         accepted = accept_on_arrival(staleness(version, v_rollout), self.k,
                                      self.filter_on_arrival)

@@ -205,6 +205,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
     # Built before the run directory is opened: a bad device or model config fails here.
     runtime = Runtime(cfg, vehicle)
     ledger = RunLedger(cfg, out_dir, force=force)
+    controller: Controller | None = None
     try:
         runtime.launch()
         cold_start_s = runtime.barrier(ledger)
@@ -228,4 +229,6 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
             devices={role: str(d) for role, d in runtime.devices.items()})
     finally:
         runtime.shutdown()
+        if controller is not None:  # a failed run leaves no code evaluation queued
+            controller.rewards.close()
         ledger.close()
