@@ -213,16 +213,21 @@ def test_the_pool_scores_a_harness_failure_0_and_the_limit_stops_the_run(
 
 
 def test_failing_or_timed_out_tests_are_an_ordinary_reward_of_0():
-    task = Task(task_id="inc", prompt="", entry_point="inc", tests=["assert inc(1) == 2"])
+    task = Task(task_id="inc", prompt="", entry_point="inc",
+                tests=["assert inc(1) == 2", "assert inc(1) + 1 == 3"])
     pool = reward.RewardPool(RewardConfig(timeout_sec=1.0))
     try:
-        wrong, hangs = pool.map([("def inc(x):\n    return x\n", task),
-                                 ("def inc(x):\n    while True:\n        pass\n", task)])
-        for i, result in enumerate((wrong, hangs)):
+        wrong, hangs, mistyped = pool.map([
+            ("def inc(x):\n    return x\n", task),
+            ("def inc(x):\n    while True:\n        pass\n", task),
+            ("def inc(x):\n    return str(x + 1)\n", task)])  # the second test raises
+        for i, result in enumerate((wrong, hangs, mistyped)):
             assert result["reward"] == 0.0 and "harness_error" not in result
             pool.admit(i, Prompt(task=task, group_id=0), result)  # no failure: nothing raised
         assert wrong["error"] == "failed: assert inc(1) == 2"
         assert "timed out" in hangs["error"]
+        assert mistyped["error"] == "failed: assert inc(1) == 2"  # the first failure is kept
+        assert mistyped["tests_passed"] == 0
     finally:
         pool.close()
 

@@ -379,6 +379,10 @@ def run_tests(cfg: RewardConfig, code: str, entry_point: str, tests: list[str],
                     error = error or f"failed: {test}"
                 except CallFailed as e:
                     error = error or f"{test}: {e}"
+                except Exception as e:  # noqa: BLE001 - a test tripping on a wrong answer
+                    # (`inc(1) + 1` on a returned string) judged it: a failed test, not a
+                    # broken harness
+                    error = error or f"{test}: {type(e).__name__}: {e}"
                 if s.dead:
                     break
     except CallFailed as e:
