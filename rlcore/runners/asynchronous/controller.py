@@ -84,7 +84,8 @@ class Controller:
         # never waits for the controller; with several, each takes one at a time.
         self.depth = 2 if n_trainers == 1 else 1
         self.outstanding = [0] * n_trainers
-        self.in_training: dict[int, tuple[int, list[Pending]]] = {}  # batch: (base, samples)
+        # batch: (planned base, samples, the advantage each is trained with)
+        self.in_training: dict[int, tuple[int, list[Pending], list[float]]] = {}
         self.applied = 0  # updates applied: the version as the controller has seen it
         self.next_batch = 0
         self.received = 0  # rollout messages processed
@@ -202,7 +203,7 @@ class Controller:
         self._resolve(group)
 
     def on_update(self, msg: UpdateDone) -> None:
-        planned_base, items = self.in_training.pop(msg.batch_id)
+        planned_base, items, advantages = self.in_training.pop(msg.batch_id)
         self.outstanding[msg.trainer] -= 1
         self._record_commit(msg, len(items))
         self.ledger.trainer_steps(msg.ops)
@@ -221,9 +222,9 @@ class Controller:
             return
         # Settled against the base the update actually used: exact even when several
         # trainers raced past the plan.
-        for item in items:
+        for item, advantage in zip(items, advantages, strict=True):
             self.ledger.settle(item.sample_id, "accepted", current_version=msg.base_version,
-                               batch_id=msg.batch_id)
+                               batch_id=msg.batch_id, advantage=advantage)
         t = self.ledger.on_clock(msg.t_commit)
         assert msg.commit_s is not None, "an applied update was proposed"
         stats = {**msg.stats, "time/commit_s": msg.commit_s}
@@ -341,10 +342,10 @@ class Controller:
         self.outstanding[trainer] += 1
         batch_id = self.next_batch
         self.next_batch += 1
-        self.in_training[batch_id] = (version, batch)
-        self.ch.trainer_qs[trainer].put(TrainRequest(batch_id, version, train_batch(
-            [i.reward for i in batch], [i.group_id for i in batch], [i.gen for i in batch],
-            self.cfg)))
+        tensors = train_batch([i.reward for i in batch], [i.group_id for i in batch],
+                              [i.gen for i in batch], self.cfg)
+        self.in_training[batch_id] = (version, batch, tensors.advantages)
+        self.ch.trainer_qs[trainer].put(TrainRequest(batch_id, version, tensors))
 
     def flush_buffer(self) -> None:
         """At the end: accepted samples never trained are recorded as such."""
