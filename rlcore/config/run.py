@@ -320,6 +320,13 @@ def _validate_semantics(cfg: RunConfig) -> None:
             f"train.update_batch_size ({t.update_batch_size}) must be divisible by "
             f"train.minibatches ({t.minibatches})"
         )
+    smallest = t.update_batch_size - cfg.rollout.group_size + 1  # of whole groups
+    if cfg.mode != "sync" and t.minibatches > smallest:
+        raise ConfigError(
+            f"train.minibatches ({t.minibatches}) is more than the smallest batch of whole "
+            f"groups ({smallest} = update_batch_size - group_size + 1) mode '{cfg.mode}' "
+            "may train: a minibatch would be empty"
+        )
     if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
     knobs = [k for k in ("clip_eps_high", "dual_clip", "behav_weight_cap")
