@@ -109,7 +109,8 @@ class RolloutConfig:
 class TrainConfig:
     updates: int = _f(400, "Number of policy updates (policy versions) in a run.", minimum=1)
     update_batch_size: int = _f(
-        32, "Accepted samples per update; a multiple of rollout.group_size.", minimum=1
+        32, "B: samples per update, in whole groups (down to B - group_size + 1 when groups "
+        "lost members); a multiple of rollout.group_size.", minimum=1
     )
     minibatches: int = _f(
         1, "Optimizer steps per update batch (one policy version per batch).", minimum=1

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore.algo.batching import take_whole_groups
 from rlcore.algo.staleness import (
     StalenessManager,
     accept_on_arrival,
@@ -225,6 +226,7 @@ class Controller:
         for item, advantage in zip(items, advantages, strict=True):
             self.ledger.settle(item.sample_id, "accepted", current_version=msg.base_version,
                                batch_id=msg.batch_id, advantage=advantage)
+        self.manager.trained(len(items))
         t = self.ledger.on_clock(msg.t_commit)
         assert msg.commit_s is not None, "an applied update was proposed"
         stats = {**msg.stats, "time/commit_s": msg.commit_s}
@@ -313,7 +315,8 @@ class Controller:
             self._send_batch(trainer, batch)
 
     def _take_batch(self, version: int) -> list[Pending] | None:
-        """Exactly B fresh samples from the front of the buffer, whole groups first."""
+        """Fresh samples from the front of the buffer, whole groups only
+        (`batching.py::take_whole_groups`): B of them unless groups lost members."""
         for group in self.ready:  # drop what went stale while waiting
             fresh = []
             for item in group:
@@ -323,19 +326,12 @@ class Controller:
                     self.manager.released(1)
                     self.ledger.settle(item.sample_id, "dropped_stale", current_version=version)
             group[:] = fresh
-        while self.ready and not self.ready[0]:
-            self.ready.popleft()
-        if self.buffered() < self.batch_size:
+        taken = take_whole_groups([g for g in self.ready if g], self.batch_size)
+        if taken is None:
             return None
-        batch: list[Pending] = []
-        while len(batch) < self.batch_size:
-            group = self.ready[0]
-            room = self.batch_size - len(batch)
-            batch += group[:room]
-            del group[:room]
-            if not group:
-                self.ready.popleft()
-        return batch
+        groups, rest = taken
+        self.ready = deque(rest)
+        return [item for group in groups for item in group]
 
     def _send_batch(self, trainer: int, batch: list[Pending]) -> None:
         version = self.base_version()
