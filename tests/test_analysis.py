@@ -37,6 +37,9 @@ class TestMeanCI:
 class TestMetrics:
     def test_moving_average(self):
         assert moving_average([1, 0, 1, 1], window=2) == [1.0, 0.5, 0.5, 1.0]
+        # a window of zeros is 0 exactly, whatever left it: 2/7 + 3/7 rounds, and a running
+        # sum that subtracted them again ended at -2.8e-17
+        assert moving_average([2 / 7, 3 / 7, 0.0, 0.0], window=2)[-1] == 0.0
 
     def test_steps_to_threshold(self):
         # trailing means with window 2: 0.0, 0.25, 0.5, 0.75 -> first >= 0.5 at update 3

@@ -133,6 +133,17 @@ class TestState:
         lp_b = reloaded.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
         assert lp_a == lp_b
 
+    def test_minibatches_of_a_short_batch_train_every_sample(self, cfg: RunConfig):
+        """A batch of whole groups may fall short of B: 5 samples in 2 minibatches are split
+        [0, 2) and [2, 5) (m * 5 // 2), so the one sample with an advantage is trained."""
+        policy = HFPolicy(cfg.model, dataclasses.replace(cfg.train, minibatches=2))
+        gens = sample(policy, chunk=2)
+        assert gens[4].response_ids, "the test needs a response to train on"
+        batch = TrainBatch([g.prompt_ids for g in gens], [g.response_ids for g in gens],
+                           [g.logprobs for g in gens], [g.versions for g in gens],
+                           advantages=[0.0, 0.0, 0.0, 0.0, 1.0])
+        assert policy.update(batch, temperature=1.0, current_version=0)["grad_norm"] > 0
+
     def test_positive_advantage_raises_its_logprob(self, cfg: RunConfig):
         policy = policy_for(cfg)
         gens = sample(policy, chunk=2)[:2]

@@ -237,6 +237,16 @@ class TestCrossFieldRules:
                         "rollout": {"group_size": 4}})
         assert "train.minibatches (3)" in msg
 
+    def test_async_minibatches_fit_the_smallest_batch_of_whole_groups(self) -> None:
+        # B = 8, groups of 4: a batch of whole groups may hold 8 - 4 + 1 = 5 samples
+        msg = error_of({"mode": "areal", "train": {"update_batch_size": 8, "minibatches": 8},
+                        "rollout": {"group_size": 4}})
+        assert "train.minibatches (8)" in msg and "smallest batch of whole groups (5" in msg
+        config_from_dict({"mode": "areal", "train": {"update_batch_size": 8, "minibatches": 4},
+                          "rollout": {"group_size": 4}})
+        config_from_dict({"mode": "sync", "train": {"update_batch_size": 8, "minibatches": 8},
+                          "rollout": {"group_size": 4}})  # sync batches are always B
+
     @pytest.mark.parametrize("paths", [{}, {"train_path": "t.jsonl"},
                                        {"heldout_path": "h.jsonl"}])
     def test_jsonl_suite_needs_both_paths(self, paths: dict[str, str]) -> None:

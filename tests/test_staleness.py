@@ -77,3 +77,16 @@ class TestStalenessManager:
         m = StalenessManager(k=0, batch_size=4)
         m.submitted(4)
         assert m.capacity(0) == 0  # the batch for version 0 is out; nothing more until v1
+
+    def test_a_short_batch_uses_a_whole_batch_of_capacity(self):
+        m = StalenessManager(k=1, batch_size=8)
+        m.submitted(16)
+        for _ in range(16):
+            m.returned(accepted=True)
+        assert m.capacity(0) == 0  # (0 + 1 + 1) * 8 - 16
+        m.trained(7)  # an update trained 7 whole-group samples; 9 are still buffered
+        # (1 + 1 + 1) * 8 - (16 + 1) = 7 = (K + 1) * B - 9 buffered, as after a full batch;
+        # without the empty place counted it would be 8, one more every short batch
+        assert m.capacity(1) == 7
+        m.trained(8)  # a full batch changes nothing
+        assert m.capacity(2) == 15  # 32 - 17: the 8 trained left, 1 buffered

@@ -11,14 +11,14 @@ from collections.abc import Iterable, Sequence
 
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over the last `window` values (fewer at the start)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    """Trailing mean over the last `window` values (fewer at the start).
+
+    Each window is summed afresh: a running sum that subtracts what leaves the window keeps
+    its rounding, so pass rates such as 3/7 (batches of whole groups) could leave a window of
+    zeros a hair below 0, outside the [0, 1] a pass rate lies in.
+    """
+    return [sum(values[max(0, i + 1 - window):i + 1]) / min(i + 1, window)
+            for i in range(len(values))]
 
 
 def steps_to_threshold(pass_rates: Sequence[float], threshold: float, window: int

@@ -64,7 +64,7 @@ class StalenessManager:
 
     def __init__(self, k: int, batch_size: int):
         self.k, self.batch_size = k, batch_size
-        self.accepted = 0
+        self.accepted = 0  # accepted samples, and the empty places of short batches trained
         self.running = 0
         self._lock = threading.Lock()
 
@@ -86,3 +86,10 @@ class StalenessManager:
         """n accepted samples will never be trained (dropped at batching, or a skipped commit)."""
         with self._lock:
             self.accepted -= n
+
+    def trained(self, n: int) -> None:
+        """An applied update trained n samples. Eq. 1 credits each version with B, so the
+        B - n places a short batch (whole groups, `batching.py`) left empty count as used,
+        or every short batch would let rollout run that much further ahead."""
+        with self._lock:
+            self.accepted += self.batch_size - n

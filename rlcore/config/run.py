@@ -109,7 +109,8 @@ class RolloutConfig:
 class TrainConfig:
     updates: int = _f(400, "Number of policy updates (policy versions) in a run.", minimum=1)
     update_batch_size: int = _f(
-        32, "Accepted samples per update; a multiple of rollout.group_size.", minimum=1
+        32, "B: samples per update, in whole groups (down to B - group_size + 1 when groups "
+        "lost members); a multiple of rollout.group_size.", minimum=1
     )
     minibatches: int = _f(
         1, "Optimizer steps per update batch (one policy version per batch).", minimum=1
@@ -324,6 +325,13 @@ def _validate_semantics(cfg: RunConfig) -> None:
         raise ConfigError(
             f"train.update_batch_size ({t.update_batch_size}) must be divisible by "
             f"train.minibatches ({t.minibatches})"
+        )
+    smallest = t.update_batch_size - cfg.rollout.group_size + 1  # of whole groups
+    if cfg.mode != "sync" and t.minibatches > smallest:
+        raise ConfigError(
+            f"train.minibatches ({t.minibatches}) is more than the smallest batch of whole "
+            f"groups ({smallest} = update_batch_size - group_size + 1) mode '{cfg.mode}' "
+            "may train: a minibatch would be empty"
         )
     if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")

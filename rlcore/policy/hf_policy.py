@@ -262,10 +262,11 @@ class HFPolicy:
         t_prox = time.perf_counter() - t0
         self.model.train(False)
         n = len(batch)
-        per = n // cfg.minibatches
         totals: dict[str, float] = {}
         for m in range(cfg.minibatches):
-            idx = list(range(m * per, (m + 1) * per))
+            # Near-equal parts: a batch of whole groups may be short of update_batch_size,
+            # and no sample may fall outside every minibatch.
+            idx = list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
             mb = batch.select(idx)
             logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
             dev, f32 = self.device, torch.float32

@@ -88,7 +88,8 @@ class _OpenSample:
 def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, worker: str,
                 policy_version: int, policy_version_max: int, current_version: int,
                 staleness: int | None, staleness_at_arrival: int | None, status: str,
-                batch_id: int | None, scored: dict[str, Any], response_ids: list[int] | None,
+                batch_id: int | None, advantage: float | None, scored: dict[str, Any],
+                response_ids: list[int] | None,
                 response_tokens: int, finished: bool, logprob_sum: float | None,
                 t_emit: float) -> dict[str, Any]:
     """One line of samples.jsonl: its fields and their order, for every status."""
@@ -106,6 +107,7 @@ def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, work
         "staleness_at_arrival": staleness_at_arrival,
         "status": status,
         "batch_id": batch_id,
+        "advantage": advantage,
         "reward": scored["reward"],
         "pass": scored["pass"],
         "response": scored["response"],
@@ -186,9 +188,13 @@ class RunLedger:
         return sample_id
 
     def settle(self, sample_id: int, status: str, *, current_version: int,
-               batch_id: int | None = None) -> dict[str, Any]:
+               batch_id: int | None = None, advantage: float | None = None) -> dict[str, Any]:
         """Decide an open sample's fate and record its row: `accepted` (trained in
-        `batch_id`, or never trained when None) or `dropped_stale`, against `current_version`."""
+        `batch_id` with `advantage`, or never trained when None) or `dropped_stale`, against
+        `current_version`."""
+        if (batch_id is None) != (advantage is None):
+            raise ValueError(f"sample {sample_id}: a trained sample has a batch and an "
+                             f"advantage, an untrained one neither ({batch_id=}, {advantage=})")
         s = self._open.pop(sample_id)
         g = s.gen
         v = rollout_version(g.versions, current_version)  # the oldest token's
@@ -198,7 +204,7 @@ class RunLedger:
             policy_version_max=max(g.versions) if g.versions else current_version,
             current_version=current_version, staleness=staleness(current_version, v),
             staleness_at_arrival=s.staleness_at_arrival, status=status, batch_id=batch_id,
-            scored=s.scored, response_ids=list(g.response_ids),
+            advantage=advantage, scored=s.scored, response_ids=list(g.response_ids),
             response_tokens=len(g.response_ids), finished=g.finished,
             logprob_sum=sum(g.logprobs), t_emit=s.t_emit)
         self.schedule.add("sample", sample_id=sample_id, slot=s.slot, attempt=s.attempt,
@@ -234,7 +240,7 @@ class RunLedger:
             sample_id, prompt, slot=slot, attempt=attempt, worker=worker,
             policy_version=old_version, policy_version_max=old_version,
             current_version=new_version, staleness=None, staleness_at_arrival=None,
-            status="dropped_interrupted", batch_id=None,
+            status="dropped_interrupted", batch_id=None, advantage=None,
             scored={"reward": 0.0, "pass": False, "response": None}, response_ids=None,
             response_tokens=tokens, finished=False, logprob_sum=None, t_emit=t_emit))
         self.schedule.add("sample", sample_id=sample_id, slot=slot, attempt=attempt,
@@ -275,6 +281,7 @@ class RunLedger:
             "version": version,
             "batch_id": batch_id,
             "sample_ids": list(sample_ids),
+            "batch_size": len(rows),
             "reward_mean": sum(r["reward"] for r in rows) / len(rows),
             "pass_rate": sum(r["pass"] for r in rows) / len(rows),
             "staleness_mean": sum(r["staleness"] for r in rows) / len(rows),

@@ -39,6 +39,7 @@ class ReplayOutcome:
     schedule: Schedule
     rows: Mapping[tuple[int, int], Replayed]  # (slot, attempt): the generated row
     update_stats: Mapping[int, tuple[dict[str, float], float]]  # batch id: stats, time
+    advantages: Mapping[int, float]  # sample id: the advantage its applied update used
     spans: Sequence[tuple[str, str, float, float, int]]  # role, worker, start, end, samples
     prompt: Callable[[int], Prompt]  # the prompt of a group id
 
@@ -102,7 +103,8 @@ def _record_sample(led: RunLedger, rp: ReplayOutcome, fate: SampleFate,
                current_version=fate.arrival_version, slot=fate.slot, attempt=fate.attempt,
                worker=row.worker, t_emit=row.t_emit, sample_id=fate.sample_id)
     led.settle(fate.sample_id, fate.status, current_version=fate.version,
-               batch_id=fate.batch_id)
+               batch_id=fate.batch_id,
+               advantage=None if fate.batch_id is None else rp.advantages[fate.sample_id])
 
 def _record_update(led: RunLedger, rp: ReplayOutcome, commit: Commit) -> None:
     stats, t = rp.update_stats[commit.batch_id]

@@ -68,6 +68,7 @@ class Replay:
         self.uses = self._version_uses()
         self.rows: dict[tuple[int, int], Replayed] = {}
         self.update_stats: dict[int, tuple[dict[str, float], float]] = {}  # batch: stats, t
+        self.advantages: dict[int, float] = {}  # sample id: as trained by an applied update
         self.rewards = RewardPool(cfg.reward)
         self.tasks = preflight(cfg)
         self._stream = PromptStream(self.tasks, cfg.seed)
@@ -81,8 +82,8 @@ class Replay:
     def outcome(self) -> ReplayOutcome:
         """What the replay computed, for its record."""
         return ReplayOutcome(schedule=self.schedule, rows=self.rows,
-                             update_stats=self.update_stats, spans=self.spans,
-                             prompt=self.prompt)
+                             update_stats=self.update_stats, advantages=self.advantages,
+                             spans=self.spans, prompt=self.prompt)
 
     # --- inputs ----------------------------------------------------------------------------
     def prompt(self, group_id: int) -> Prompt:
@@ -293,6 +294,8 @@ class Replay:
         fates = [self.schedule.fates[i] for i in commit.sample_ids]
         batch = train_batch([r.reward for r in rows], [f.group_id for f in fates],
                             [r.gen for r in rows], self.cfg)
+        if commit.outcome == "applied":
+            self.advantages.update(zip(commit.sample_ids, batch.advantages, strict=True))
         return TrainStep(op, batch, commit.version if commit.outcome == "applied" else None)
 
     def _took(self, done: StepDone) -> None:

@@ -80,13 +80,13 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
                                      current_version=version, slot=s, attempt=0,
                                      worker=ROLLOUT, t_emit=t1))
             rewards.admit(ids[-1], p, result)
-        rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version)
-                for i in ids]
+        batch = train_batch([r["reward"] for r in results], [p.group_id for p in prompts],
+                            gens, cfg)
+        rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version,
+                              advantage=a) for i, a in zip(ids, batch.advantages, strict=True)]
         t2 = ledger.now()
         ledger.span("controller", CONTROLLER, t1, t2, samples=len(rows))
         waiting_for_data += t2 - t0
-        batch = train_batch([r["reward"] for r in rows], [p.group_id for p in prompts], gens,
-                            cfg)
         stats = policy.update(batch, temperature=ro.temperature, current_version=version)
         t3 = ledger.now()
         ledger.span("trainer", TRAINER, t2, t3, samples=len(rows))

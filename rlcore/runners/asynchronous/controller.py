@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlcore.algo.batching import take_whole_groups
 from rlcore.algo.staleness import (
     StalenessManager,
     accept_on_arrival,
@@ -84,7 +85,8 @@ class Controller:
         # never waits for the controller; with several, each takes one at a time.
         self.depth = 2 if n_trainers == 1 else 1
         self.outstanding = [0] * n_trainers
-        self.in_training: dict[int, tuple[int, list[Pending]]] = {}  # batch: (base, samples)
+        # batch: (planned base, samples, the advantage each is trained with)
+        self.in_training: dict[int, tuple[int, list[Pending], list[float]]] = {}
         self.applied = 0  # updates applied: the version as the controller has seen it
         self.next_batch = 0
         self.received = 0  # rollout messages processed
@@ -203,7 +205,7 @@ class Controller:
         self._resolve(group)
 
     def on_update(self, msg: UpdateDone) -> None:
-        planned_base, items = self.in_training.pop(msg.batch_id)
+        planned_base, items, advantages = self.in_training.pop(msg.batch_id)
         self.outstanding[msg.trainer] -= 1
         self._record_commit(msg, len(items))
         self.ledger.trainer_steps(msg.ops)
@@ -222,9 +224,10 @@ class Controller:
             return
         # Settled against the base the update actually used: exact even when several
         # trainers raced past the plan.
-        for item in items:
+        for item, advantage in zip(items, advantages, strict=True):
             self.ledger.settle(item.sample_id, "accepted", current_version=msg.base_version,
-                               batch_id=msg.batch_id)
+                               batch_id=msg.batch_id, advantage=advantage)
+        self.manager.trained(len(items))
         t = self.ledger.on_clock(msg.t_commit)
         assert msg.commit_s is not None, "an applied update was proposed"
         stats = {**msg.stats, "time/commit_s": msg.commit_s}
@@ -313,7 +316,8 @@ class Controller:
             self._send_batch(trainer, batch)
 
     def _take_batch(self, version: int) -> list[Pending] | None:
-        """Exactly B fresh samples from the front of the buffer, whole groups first."""
+        """Fresh samples from the front of the buffer, whole groups only
+        (`batching.py::take_whole_groups`): B of them unless groups lost members."""
         for group in self.ready:  # drop what went stale while waiting
             fresh = []
             for item in group:
@@ -323,29 +327,22 @@ class Controller:
                     self.manager.released(1)
                     self.ledger.settle(item.sample_id, "dropped_stale", current_version=version)
             group[:] = fresh
-        while self.ready and not self.ready[0]:
-            self.ready.popleft()
-        if self.buffered() < self.batch_size:
+        taken = take_whole_groups([g for g in self.ready if g], self.batch_size)
+        if taken is None:
             return None
-        batch: list[Pending] = []
-        while len(batch) < self.batch_size:
-            group = self.ready[0]
-            room = self.batch_size - len(batch)
-            batch += group[:room]
-            del group[:room]
-            if not group:
-                self.ready.popleft()
-        return batch
+        groups, rest = taken
+        self.ready = deque(rest)
+        return [item for group in groups for item in group]
 
     def _send_batch(self, trainer: int, batch: list[Pending]) -> None:
         version = self.base_version()
         self.outstanding[trainer] += 1
         batch_id = self.next_batch
         self.next_batch += 1
-        self.in_training[batch_id] = (version, batch)
-        self.ch.trainer_qs[trainer].put(TrainRequest(batch_id, version, train_batch(
-            [i.reward for i in batch], [i.group_id for i in batch], [i.gen for i in batch],
-            self.cfg)))
+        tensors = train_batch([i.reward for i in batch], [i.group_id for i in batch],
+                              [i.gen for i in batch], self.cfg)
+        self.in_training[batch_id] = (version, batch, tensors.advantages)
+        self.ch.trainer_qs[trainer].put(TrainRequest(batch_id, version, tensors))
 
     def flush_buffer(self) -> None:
         """At the end: accepted samples never trained are recorded as such."""
