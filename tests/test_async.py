@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -188,16 +189,70 @@ def test_interruptions_happen_and_are_accounted(tiny_model_dir: Path, tmp_path: 
     assert summary["samples"]["resubmissions"] > 0
 
 
-def test_two_trainers_keep_the_invariants(tiny_model_dir: Path, tmp_path: Path):
-    """Commits race; the service skips stale-base ones and the clock stays exact."""
+@pytest.fixture
+def first_updates_overlap(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """Each of two trainer threads holds its first update until the other has begun its own:
+    neither has committed yet, so both train from version 0 and the second commit is stale.
+    Returns {"met": whether they met} (a trainer waits at most 30 s)."""
+    from rlcore.policy.hf_policy import HFPolicy
+
+    update = HFPolicy.update
+    begun = {"trainer0": threading.Event(), "trainer1": threading.Event()}
+    met = {"met": False}
+
+    def update_together(self: HFPolicy, *args: Any, **kwargs: Any) -> dict[str, float]:
+        name = threading.current_thread().name
+        if name in begun and not begun[name].is_set():
+            begun[name].set()
+            other = begun["trainer1" if name == "trainer0" else "trainer0"]
+            met["met"] = other.wait(timeout=30) or met["met"]
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(HFPolicy, "update", update_together)
+    return met
+
+
+def test_two_trainers_race_and_the_stale_commit_is_skipped(
+        tiny_model_dir: Path, tmp_path: Path, first_updates_overlap: dict[str, bool],
+        monkeypatch: pytest.MonkeyPatch):
+    """Two trainers train their first batches from the same version (forced): the parameter
+    service applies one and skips the other as stale, the clock stays exact, and the skipped
+    batch's samples are recorded as accepted and never trained."""
+    from rlcore.replay.replayer import replay_run
+
     cfg = async_config(tiny_model_dir, "async", 1, "continue", "both")
     cfg = config_from_dict({**cfg.to_dict(), "runtime": {
         **cfg.to_dict()["runtime"], "trainer_workers": 2}})
     summary = run_mode(cfg, tmp_path / "run")
+    assert first_updates_overlap["met"], "the second trainer never began an update"
     check_invariants(tmp_path / "run", cfg)
     events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    schedule = read_jsonl(tmp_path / "run" / "schedule.jsonl")
+    commits = {c["batch_id"]: c for c in schedule if c["type"] == "commit"}
+    first = sorted((commits[b]["base_version"], commits[b]["outcome"]) for b in (0, 1))
+    assert first == [(0, "applied"), (0, "skipped")]
+    (lost,) = [commits[b] for b in (0, 1) if commits[b]["outcome"] == "skipped"]
+    assert lost["reason"] == "stale base (candidate from v0, current v1)"
+
+    not_applied = [c for c in commits.values() if c["outcome"] != "applied"]
     skipped = [e for e in events if e["type"] == "update_skipped"]
-    assert summary["scheduling"]["skipped_commits"] == len(skipped)
+    assert summary["scheduling"]["skipped_commits"] == len(skipped) == len(not_applied) >= 1
+    assert sorted(e["batch_id"] for e in skipped) == sorted(c["batch_id"] for c in not_applied)
+    assert sorted(e["batch_id"] for e in events if e["type"] == "commit_skipped") \
+        == sorted(c["batch_id"] for c in not_applied if c["outcome"] == "skipped")
+    samples = {s["sample_id"]: s for s in read_jsonl(tmp_path / "run" / "samples.jsonl")}
+    trained = {i for u in read_jsonl(tmp_path / "run" / "updates.jsonl") for i in u["sample_ids"]}
+    untrained = [i for c in not_applied for i in c["sample_ids"]]
+    assert untrained and not set(untrained) & trained
+    assert all(samples[i]["status"] == "accepted" and samples[i]["batch_id"] is None
+               for i in untrained)
+    # The schedule says which weights every update started from, the losing trainer's reload
+    # included: replayed on it, the run reproduces bit for bit (a Divergence otherwise).
+    monkeypatch.undo()  # the replay's trainer runs alone: nothing to wait for
+    replayed = replay_run(tmp_path / "run", tmp_path / "replay")
+    assert replayed["reproducibility"]["replay"]["kind"] == "verification"
+    assert replayed["reproducibility"]["state_digest"] \
+        == summary["reproducibility"]["state_digest"]
 
 
 def test_rollout_train_ratio_holds_generation_to_beta(tiny_model_dir: Path, tmp_path: Path):

@@ -33,6 +33,12 @@ RIGHT = "def double(x):\n    return 2 * x\n"
 MARKERS = [Path(d) / "rlcore-pwned" for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")]
 MARKERS += [ROOT / "rlcore-pwned", Path.home() / "rlcore-pwned"]
 SECRET = "rlcore-secret-4b1d"
+# Responses whose call never returns on its own: only the harness's deadline ends it (before
+# the CPU limit of timeout + 1 s could), so the error must say it timed out.
+NEVER_RETURN = {"infinite_loop", "fork_bomb"}
+# A guard against hangs only, not a bound on this machine's speed: a harness that waited for
+# what the candidate left running (outlive_the_timeout's `sleep 30`) would take 30 s.
+HANG_S = 20.0
 
 HOSTILE = {
     "infinite_loop": "def double(x):\n    while True:\n        pass\n",
@@ -194,7 +200,9 @@ def test_hostile_response_is_contained(name: str, listener, monkeypatch):
     result = evaluate_response(code, DOUBLE, CFG)
     elapsed = time.monotonic() - start
     assert result["reward"] == 0.0 and result["pass"] is False, result
-    assert elapsed < CFG.timeout_sec + 1.0, elapsed
+    if name in NEVER_RETURN:
+        assert result["error"].endswith("timed out"), result
+    assert elapsed < HANG_S, elapsed
     if NAMESPACES:
         assert sandbox_processes() == [], "the sandbox left processes behind"
     time.sleep(0.1 if name != "outlive_the_timeout" else 2.5)  # give a straggler its chance
@@ -214,7 +222,9 @@ FALLBACK = RewardConfig(timeout_sec=1.0, sandbox_isolation="rlimits")
 def test_fallback_without_namespaces_still_contains(name: str):
     start = time.monotonic()
     result = evaluate_response(HOSTILE[name], DOUBLE, FALLBACK)
-    assert result["reward"] == 0.0 and time.monotonic() - start < FALLBACK.timeout_sec + 1.0
+    assert result["reward"] == 0.0 and time.monotonic() - start < HANG_S
+    if name in NEVER_RETURN:
+        assert result["error"].endswith("timed out"), result
     assert sandbox_processes() == []
     assert evaluate_response(RIGHT, DOUBLE, FALLBACK)["pass"] is True
 

@@ -5,8 +5,9 @@ One slot is *current*; each trainer owns a staging slot into which it writes its
 state, and the parameter service (`param_service.py`) publishes a staging slot as current.
 
 Readers copy the current slot under a sequence lock: every slot has a counter that is odd
-while the slot is being written; a reader that sees it odd, or changed after its copy,
-copies again. So a rollout worker never loads a torn state, and never blocks a trainer.
+while the slot is being written; a reader that sees it odd looks again, and one that sees it
+changed after its copy copies again (`WeightSlots.retries` counts these). So a rollout worker
+never loads a torn state, and never blocks a trainer.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ class WeightSlots:
         self._state = state
         self._state[1] = -1  # nothing published yet: readers wait for the service's first write
         self._lock = self._state.get_lock()  # also the memory barrier around every copy
+        # Copies read_into discarded because a write overlapped them (in this process's
+        # copy of the object): what the sequence lock caught.
+        self.retries = 0
 
     def _views(self, buffers: dict[torch.dtype, torch.Tensor]) -> list[torch.Tensor]:
         """The slot's tensors, in `names` order, as views into its flat buffers."""
@@ -174,3 +178,4 @@ class WeightSlots:
             with self._lock:
                 if int(self._state[2 + slot]) == before:
                     return version
+            self.retries += 1  # a writer began during the copy: it may be torn, copy again
