@@ -215,6 +215,14 @@ def test_hostile_response_is_contained(name: str, listener, monkeypatch):
 FALLBACK = RewardConfig(timeout_sec=1.0, sandbox_isolation="rlimits")
 
 
+@pytest.mark.skipif(not NAMESPACES, reason="this machine offers no namespaces to keep")
+def test_a_short_timeout_does_not_weaken_the_isolation():
+    """The probe that picks the isolation is not timed by the evaluations' limit: a sandbox
+    slower to start than `timeout_sec` (a loaded machine, here a tiny limit) keeps namespaces
+    rather than falling back to rlimits."""
+    assert detect_isolation(RewardConfig(timeout_sec=0.001)).method == "namespaces"
+
+
 @pytest.mark.skipif(not detect_isolation(FALLBACK).unprivileged_uid,
                     reason="the fallback hands code to another uid only when run as root")
 @pytest.mark.parametrize("name", ["infinite_loop", "fork_bomb", "kill_the_parent",

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rlcore.config import ConfigError, RewardConfig
@@ -158,8 +158,16 @@ def _command(iso: Isolation, cfg: RewardConfig, uid: int, answers_fd: int) -> li
             f'mount --all --fstab "{_fstab()}" && cd /tmp && exec "$@"', "sandbox", *child]
 
 
+PROBE_TIMEOUT_S = 60.0
+
+
 def _probe(iso: Isolation, cfg: RewardConfig) -> str | None:
-    """Run a trivial solution through the sandbox; None when it works, else why not."""
+    """Run a trivial solution through the sandbox; None when it works, else why not.
+
+    The probe asks what works here, not how fast: it gets its own generous deadline, so that
+    a loaded machine, slow to start the sandbox, is not mistaken for one that cannot isolate
+    (a timed-out probe would fall back to weaker isolation for the whole run)."""
+    cfg = replace(cfg, timeout_sec=max(cfg.timeout_sec, PROBE_TIMEOUT_S))
     try:
         with Session(iso, cfg, "def f(x):\n    return x + 1\n", "f", slot=0) as s:
             return None if s.call(1) == 2 else "the probe returned a wrong value"
