@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from rlcore.config import RewardConfig
+from rlcore.tasks.grading import extract_code, run_tests
 from rlcore.tasks.reward import RewardPool, evaluate_response
-from rlcore.tasks.sandbox import UID_BASE, Session, detect_isolation, extract_code, run_tests
+from rlcore.tasks.sandbox import UID_BASE, Session, detect_isolation
 from rlcore.tasks.suites import Task, read_task_file
 from tests.code_solutions import CORRECT, WRONG
 

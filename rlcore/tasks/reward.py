@@ -1,7 +1,7 @@
 """The reward harness: one function, `evaluate_response`, shared by every runner.
 
 Answer tasks are scored by exact match of the parsed answer; code tasks by running their tests
-against the response's code in the sandbox (`rlcore.tasks.sandbox`): the reward is 1 when every test
+against the response's code in the sandbox (`rlcore.tasks.grading`): the reward is 1 when every test
 passes, else 0. For an integer reference answer
 the rule is: the last integer in the response (optionally signed, commas allowed as thousands
 separators) is the answer; a response without an integer fails. Taking the last number lets
@@ -32,8 +32,8 @@ from typing import Any
 
 from rlcore.config import RewardConfig
 from rlcore.errors import HarnessFailed
+from rlcore.tasks.grading import extract_code, run_tests
 from rlcore.tasks.prompts import Prompt
-from rlcore.tasks.sandbox import extract_code, run_tests
 from rlcore.tasks.suites import Task
 
 _INT = re.compile(r"-?\d[\d,]*")
