@@ -3,7 +3,8 @@
 Snakemake does not see the modules a job imports, so each rule takes a digest of the code
 its outputs depend on as a parameter, and an edit reruns what it can change. The parts are
 packages, not lists of modules, so a new or moved module is counted without an edit:
-  base      what `rlcore build-base` runs: `config/`, `tasks/`, `policy/` and the command;
+  base      what `rlcore build-base` runs: `config/`, `clock/`, `tasks/`, `policy/` and the
+            command;
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
             the packages that only read finished runs (`analysis/`) or measure them
             (`measure/`): the runs and the replays;
@@ -22,7 +23,8 @@ from pathlib import Path
 PACKAGE = "rlcore"
 NOT_RUNTIME = ("analysis", "measure")  # packages no run, replay or base-model job imports
 # The command and the packages that building the base model imports.
-BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "config", "tasks", "policy")
+BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "config", "clock", "tasks",
+        "policy")
 
 
 def _package_files(directory: Path) -> list[Path]:

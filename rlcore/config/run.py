@@ -252,6 +252,18 @@ class RuntimeConfig:
     start_timeout_s: float = _f(
         600.0, "areal/async: longest wait for every worker to load its model.", exclusiveMinimum=0
     )
+    clock: Literal["wall", "virtual"] = _f(
+        "wall",
+        "wall: this machine's time decides when things happen; virtual: the roles run one at "
+        "a time and each computation is charged its price on runtime.hardware, so that the "
+        "run is a function of its config (docs/virtual_clock.md).",
+    )
+    hardware: str = _f(
+        "cpu-2core",
+        "clock virtual: the hardware profile that prices the roles' work: a name under "
+        "config/hardware/ or a YAML file's path.",
+        minLength=1,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,5 +136,6 @@ def explain(err: jsonschema.ValidationError) -> str:
         "exclusiveMaximum": f"< {want}", "minItems": f"a list of at least {want} items",
         "maxItems": f"a list of at most {want} items", "uniqueItems": "a list without repeats",
         "pattern": f"a string matching {want}",
+        "minLength": f"a string of at least {want} characters",
     }.get(v, f"{v} {want}")
     return f"config key '{key}' is {given}; it must be {rule}"

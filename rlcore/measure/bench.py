@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from rlcore.algo.advantages import compute_advantages
+from rlcore.clock import WALL
 from rlcore.config import MODES, RunConfig
 from rlcore.config.run import Mode
 from rlcore.policy.device import set_threads
@@ -147,7 +148,7 @@ def bench_weight_sync(model: torch.nn.Module, reps: int = 50) -> dict[str, float
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     spec = [(n, tuple(p.shape), p.dtype) for n, p in params.items()]
     slots = WeightSlots(spec, 2, Processes().locked_array(2 + 2), shared=True)
-    service = ParamService(slots)
+    service = ParamService(slots, WALL)
     source = slots.ordered(params)
     slots.write(0, source)
     slots.publish(0, 0)

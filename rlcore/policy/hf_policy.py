@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,8 @@ from rlcore.algo.objectives import (
     decoupled_loss,
     pg_loss,
 )
+from rlcore.clock import WALL, Clock
+from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.device import resolve_device
 from rlcore.policy.model_dir import check_model_dir
@@ -116,12 +117,23 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def _padded_tokens(batch: TrainBatch) -> int:
+    """Rows x width of the batch's prompt + response tensor, as a forward pass sees it."""
+    return len(batch) * max(len(p) + len(r) for p, r in
+                            zip(batch.prompt_ids, batch.response_ids, strict=True))
+
+
 class HFPolicy:
-    """A causal LM with its tokenizer, optimizer and sampling/recompute/update paths."""
+    """A causal LM with its tokenizer, optimizer and sampling/recompute/update paths.
+
+    Sampling and updates are reported to `clock` (`rlcore/clock/`) as they end, and the
+    update's time stats are read from it.
+    """
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, role: str = "rollout",
-                 device: torch.device | None = None):
+                 device: torch.device | None = None, clock: Clock = WALL):
         path = check_model_dir(model_cfg.path)
+        self.clock = clock
         self.device = device or resolve_device(
             model_cfg.trainer_device if role == "trainer" else model_cfg.rollout_device, role
         )
@@ -182,7 +194,8 @@ class HFPolicy:
                 temperature: float, draws: Draws | None, version: int = 0
                 ) -> ChunkedSampler:
         return ChunkedSampler(self, prompt_ids, max_new_tokens=max_new_tokens,
-                              temperature=temperature, draws=draws, version=version)
+                              temperature=temperature, draws=draws, version=version,
+                              clock=self.clock)
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                  temperature: float, chunk_tokens: int, draws: Draws, version: int = 0
@@ -253,13 +266,15 @@ class HFPolicy:
     def update(self, batch: TrainBatch, *, temperature: float, current_version: int
                ) -> dict[str, float]:
         """One policy update (train.minibatches optimizer steps); returns mean stats and times."""
-        cfg = self.train_cfg
-        t0 = time.perf_counter()
+        cfg, clock = self.train_cfg, self.clock
+        t0 = clock.now()
         prox_all = None
         if cfg.objective == "decoupled":
             # AReaL eq. 3: the proximal policy is the one before this update's first step.
             prox_all = self.recompute_logprobs(batch.prompt_ids, batch.response_ids, temperature)
-        t_prox = time.perf_counter() - t0
+            clock.charge(Prefill(calls=1, tokens=_padded_tokens(batch)))
+        t_prox = clock.now() - t0
+        tokens = 0
         self.model.train(False)
         n = len(batch)
         totals: dict[str, float] = {}
@@ -268,6 +283,7 @@ class HFPolicy:
             # and no sample may fall outside every minibatch.
             idx = list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
             mb = batch.select(idx)
+            tokens += _padded_tokens(mb)
             logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
             dev, f32 = self.device, torch.float32
             mask = pad_right([[1.0] * len(r) for r in mb.response_ids], 0.0, f32, dev)
@@ -292,8 +308,9 @@ class HFPolicy:
                 self.optimizer.step()
             for k, v in {**stats.as_dict(), "loss": loss.item(), "grad_norm": grad_norm}.items():
                 totals[k] = totals.get(k, 0.0) + v / cfg.minibatches
+        clock.charge(Update(tokens=tokens))
         totals["time/prox_recompute_s"] = t_prox
-        totals["time/update_s"] = time.perf_counter() - t0
+        totals["time/update_s"] = clock.now() - t0
         return totals
 
     # --- state --------------------------------------------------------------------------

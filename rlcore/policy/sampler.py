@@ -25,6 +25,9 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
+from rlcore.clock import WALL, Clock
+from rlcore.clock.work import Decode, Prefill
+
 
 class SamplingPolicy(Protocol):
     """What the sampler needs of a policy (`HFPolicy` is one): a causal LM and its ids."""
@@ -107,7 +110,8 @@ class ChunkedSampler:
 
     Between chunks the caller may swap the weights and call `reprefill` (AReaL's
     `interrupt: continue`), or abandon the batch (the paper's `interrupt: resubmit`).
-    `draws` None means greedy (argmax) decoding.
+    `draws` None means greedy (argmax) decoding. Each prefill and each chunk is reported to
+    `clock` as it ends (`rlcore/clock/work.py`).
     """
 
     def __init__(
@@ -119,10 +123,12 @@ class ChunkedSampler:
         temperature: float,
         draws: Draws | None,
         version: int = 0,
+        clock: Clock = WALL,
     ):
         if draws is not None and len(draws.keys) != len(prompt_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(draws.keys)} sample keys")
         self.policy = policy
+        self.clock = clock
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.draws = draws
@@ -157,7 +163,9 @@ class ChunkedSampler:
                 input_ids=self.ids, attention_mask=self.mask, position_ids=pos,
                 use_cache=True, **{self._cache_kw: self.cache},
             )
-        return out.logits[:, -1].float()
+        logits = out.logits[:, -1].float()
+        self.clock.charge(Prefill(calls=1, tokens=self.ids.numel()))
+        return logits
 
     def reprefill(self, version: int) -> None:
         """Rebuild the KV cache of prompt + partial response under the current weights."""
@@ -174,10 +182,11 @@ class ChunkedSampler:
 
     def step(self, n_tokens: int) -> int:
         """Sample up to n_tokens more tokens per unfinished row; returns tokens sampled."""
-        sampled = 0
+        sampled = steps = rows = row_context = 0
         stop = self.policy.stop_ids
-        if not self.done:
-            self.chunks += 1
+        if self.done:
+            return 0
+        self.chunks += 1
         for _ in range(n_tokens):
             if self.done:
                 break
@@ -202,6 +211,7 @@ class ChunkedSampler:
                     g.finished = True
             self.done_rows |= torch.tensor([g.finished for g in self.gens], device=tok.device)
             self.steps += 1
+            steps += 1
             # Finished rows keep receiving the pad token; causal attention keeps it from
             # touching any position that was recorded.
             tok = torch.where(self.done_rows, torch.full_like(tok, self.policy.pad_id), tok)
@@ -217,4 +227,7 @@ class ChunkedSampler:
                 )
             self.next_logits = out.logits[:, -1].float()
             self.logits_version = self.version
+            rows += self.mask.shape[0]
+            row_context += self.mask.numel()
+        self.clock.charge(Decode(steps=steps, rows=rows, row_context=row_context))
         return sampled

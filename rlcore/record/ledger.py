@@ -31,6 +31,7 @@ from typing import Any
 
 from rlcore.algo import metrics
 from rlcore.algo.staleness import rollout_version, staleness, token_staleness
+from rlcore.clock import WALL, Clock
 from rlcore.config import RunConfig
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Generation
@@ -125,10 +126,11 @@ def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, work
 class RunLedger:
     """Records one run into its directory; see the module docstring for the vocabulary."""
 
-    def __init__(self, cfg: RunConfig, out_dir: str | Path, force: bool = False):
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, out_dir: str | Path, force: bool = False,
+                 clock: Clock = WALL):
+        self.cfg, self.clock = cfg, clock
         self.dir = RunDirectory(out_dir, force=force)
-        self.t0 = time.monotonic()
+        self.t0 = clock.now()
         # What the job spent before this run began: interpreter start, imports, config.
         self.startup_s = process_age_s() or 0.0
         self.samples: list[dict[str, Any]] = []
@@ -153,19 +155,19 @@ class RunLedger:
     def start_clock(self, t0: float | None = None) -> None:
         """Start the measured clock (after every worker has loaded its model).
 
-        time.monotonic() is CLOCK_MONOTONIC on Linux, one clock for every process, so worker
-        timestamps can be placed on it (`on_clock`).
+        The run's clock is one clock for every role (the wall clock is CLOCK_MONOTONIC on
+        Linux, one for every process), so worker timestamps can be placed on it (`on_clock`).
         """
-        self.t0 = time.monotonic() if t0 is None else t0
-        self.epoch0 = time.time() - (time.monotonic() - self.t0)
+        self.t0 = self.clock.now() if t0 is None else t0
+        self.epoch0 = time.time()
         self.load.start()
 
     def now(self) -> float:
         """Seconds since the measured clock started."""
-        return time.monotonic() - self.t0
+        return self.clock.now() - self.t0
 
     def on_clock(self, t: float) -> float:
-        """An absolute time.monotonic() reading (from any process) on the measured clock."""
+        """An absolute reading of the run's clock (from any role) on the measured clock."""
         return t - self.t0
 
     # --- samples -------------------------------------------------------------------------
@@ -359,6 +361,7 @@ class RunLedger:
         summary = build_summary(snapshot, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
                                 placement=placement,
                                 load=self.load.summary(self._worker_cpu_s))
+        summary["clock"] = self.clock.describe()
         schedule = "\n".join(self.schedule.lines()) + "\n"
         summary["reproducibility"] = reproducibility(
             policy.state_digest(), self.cfg, devices,
@@ -373,7 +376,10 @@ class RunLedger:
             "environment": environment_info(),
             "base_model": json.loads(base_info.read_text()) if base_info.is_file() else None,
             "devices": devices,
+            "clock": summary["clock"],
         }
+        if self.clock.profile is not None:  # the costs in full, beside their digest
+            config_json["hardware_profile"] = self.clock.profile.to_dict()
         if any("tests_passed" in s for s in self.samples):  # code was run: say what isolated it
             config_json["sandbox"] = detect_isolation(cfg.reward).describe()
         dirs = (("policy",) if cfg.runtime.save_policy else ()) + \

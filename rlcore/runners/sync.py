@@ -8,12 +8,13 @@ Its schedule is fixed by the config alone: batch v holds slots v*B .. v*B + B - 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlcore.clock import Clock, clock_for
+from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
 from rlcore.policy.device import set_threads
 from rlcore.policy.hf_policy import HFPolicy
@@ -32,23 +33,24 @@ ROLLOUT, CONTROLLER, TRAINER = "rollout0", "controller", "trainer0"
 def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
     """Run the synchronous loop for cfg.train.updates updates; returns the summary."""
     train_tasks = preflight(cfg)
-    ledger = RunLedger(cfg, out_dir, force=force)
-    rewards = RewardPool(cfg.reward)
+    clock = clock_for(cfg.runtime)
+    ledger = RunLedger(cfg, out_dir, force=force, clock=clock)
+    rewards = RewardPool(cfg.reward, clock=clock)
     try:
-        return _run(cfg, ledger, train_tasks, rewards)
+        return _run(cfg, ledger, train_tasks, rewards, clock)
     finally:
         rewards.close()
         ledger.close()
 
 
-def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: RewardPool
-         ) -> dict[str, Any]:
+def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: RewardPool,
+         clock: Clock) -> dict[str, Any]:
     set_threads(cfg)
     torch.manual_seed(cfg.seed)
-    t_load = time.perf_counter()
+    t_load = clock.now()
     # One process holds both roles, so it uses the trainer's device (the paper's sync_train).
-    policy = HFPolicy(cfg.model, cfg.train, role="trainer")
-    cold_start_s = time.perf_counter() - t_load
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer", clock=clock)
+    cold_start_s = clock.now() - t_load
     stream = PromptStream(train_tasks, cfg.seed)
     ro, groups = cfg.rollout, cfg.train.update_batch_size // cfg.rollout.group_size
     progress = Progress(cfg)
@@ -84,6 +86,7 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
                             gens, cfg)
         rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version,
                               advantage=a) for i, a in zip(ids, batch.advantages, strict=True)]
+        clock.charge(Handle(samples=len(rows)))
         t2 = ledger.now()
         ledger.span("controller", CONTROLLER, t1, t2, samples=len(rows))
         waiting_for_data += t2 - t0

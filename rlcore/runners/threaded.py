@@ -10,11 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlcore.clock.virtual import VirtualClock
 from rlcore.config import RunConfig
 from rlcore.runners.asynchronous.runtime import run_async
-from rlcore.runners.asynchronous.vehicles import Threads
+from rlcore.runners.asynchronous.vehicles import Threads, Virtual
 
 
 def async_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
-    """Run the threaded asynchronous baseline; returns the summary."""
+    """Run the threaded asynchronous baseline; returns the summary. Under `runtime.clock:
+    virtual` its roles share one interpreter lock, as threads do."""
+    if cfg.runtime.clock == "virtual":
+        clock = VirtualClock.of(cfg.runtime, shared_interpreter=True)
+        return run_async(cfg, out_dir, force, Virtual(clock))
     return run_async(cfg, out_dir, force, Threads())

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rlcore.clock import WALL, Clock
+from rlcore.clock.work import Reward
 from rlcore.config import RewardConfig
 from rlcore.errors import HarnessFailed
 from rlcore.tasks.grading import extract_code, run_tests
@@ -84,12 +86,15 @@ class RewardPool:
     Answer tasks take microseconds and are scored at once, in the caller (`submit` returns
     the result); code tasks go to `cfg.workers` threads (the sandbox is a subprocess, so
     threads overlap), each thread with its own sandbox slot (its own unprivileged uid), and
-    their results reach `done(key, result)`, called from that thread.
+    their results reach `done(key, result)`, called from that thread. Under a virtual clock
+    every task is scored in the caller, one at a time, and charged to it: a thread outside the
+    clock's schedule would make the run's order depend on this machine again.
     """
 
     def __init__(self, cfg: RewardConfig,
-                 done: Callable[[Any, dict[str, Any]], None] | None = None):
-        self.cfg, self.done = cfg, done
+                 done: Callable[[Any, dict[str, Any]], None] | None = None,
+                 clock: Clock = WALL):
+        self.cfg, self.done, self.clock = cfg, done, clock
         self.harness_errors = 0  # admitted so far
         slots = itertools.count()
         self._slot = threading.local()
@@ -102,7 +107,7 @@ class RewardPool:
 
     def submit(self, key: Any, response_text: str, task: Task) -> dict[str, Any] | None:
         """Score a response: the result now (answer tasks), or None and `done` later."""
-        if task.kind != "code":
+        if task.kind != "code" or self.clock.virtual:
             return self._evaluate(response_text, task)
         self._pool.submit(self._score, key, response_text, task)
         return None
@@ -119,11 +124,13 @@ class RewardPool:
             # No reward was computed: 0 keeps the sample's place in its group and batch.
             return {"reward": 0.0, "pass": False, "parsed": None, "eval_s": 0.0,
                     "harness_error": f"{type(e).__name__}: {e}"}
+        finally:
+            self.clock.charge(Reward(kind="code" if task.kind == "code" else "answer"))
 
     def map(self, items: Iterable[tuple[str, Task]]) -> list[dict[str, Any]]:
         """Score (response, task) pairs concurrently and return the results in order."""
         items = list(items)
-        if not any(task.kind == "code" for _, task in items):  # microseconds each: inline
+        if self.clock.virtual or not any(task.kind == "code" for _, task in items):
             return [self._evaluate(text, task) for text, task in items]
         return list(self._pool.map(
             lambda item: self._evaluate(item[0], item[1], self._slot.index), items))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlcore.clock import Clock
 from rlcore.config import RunConfig
 from rlcore.runners.asynchronous.interfaces import Counters, Flag, Queue
 from rlcore.runners.asynchronous.weight_slots import WeightSlots
@@ -28,6 +29,7 @@ class WorkerContext:
     inbox: Queue  # to the controller
     start: Flag  # set when every worker is ready: the measured clock starts
     slots: WeightSlots
+    clock: Clock  # what the role reads time from and reports its work to
     cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
     own_process: bool = False  # a process of its own, whose CPU time the main one does not see
 

@@ -12,7 +12,6 @@ only what it schedules with.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from rlcore.algo.staleness import (
     rollout_version,
     staleness,
 )
+from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
 from rlcore.policy.sampler import Generation
 from rlcore.record.ledger import RunLedger
@@ -72,7 +72,7 @@ class Controller:
 
     def __init__(self, cfg: RunConfig, tasks: list[Task], ledger: RunLedger, channels: Channels,
                  n_trainers: int):
-        self.cfg, self.ledger, self.ch = cfg, ledger, channels
+        self.cfg, self.ledger, self.ch, self.clock = cfg, ledger, channels, ledger.clock
         self.k = cfg.staleness.staleness_k
         self.batch_size = cfg.train.update_batch_size
         self.filter_on_arrival = cfg.staleness.staleness_control in ("filter", "both")
@@ -95,9 +95,9 @@ class Controller:
                       "rollout_throttle_s": 0.0, "rollout_ratio_s": 0.0}
         self.t_done: float | None = None
         self.progress = Progress(cfg)
-        self.rewards = RewardPool(cfg.reward, done=self._scored_elsewhere)
+        self.rewards = RewardPool(cfg.reward, done=self._scored_elsewhere, clock=self.clock)
         self.scored: deque[tuple[SampleMsg, dict[str, Any]]] = deque()
-        self._last_pump = time.monotonic()
+        self._last_pump = self.clock.now()
         self._blocked: set[str] = set()
         self._last_depths = 0.0
 
@@ -119,7 +119,7 @@ class Controller:
 
     # --- incoming ----------------------------------------------------------------------
     def on_message(self, msg: Any) -> None:
-        t0 = time.monotonic()
+        t0 = self.clock.now()
         if isinstance(msg, RolloutBatch):
             self.received += 1
             if msg.generation is not None:
@@ -137,7 +137,9 @@ class Controller:
             self.on_update(msg)
         elif isinstance(msg, Event):
             self.on_event(msg)
-        self.ledger.busy("controller", time.monotonic() - t0)
+        samples = len(msg.samples) + len(msg.interrupted) if isinstance(msg, RolloutBatch) else 0
+        self.clock.charge(Handle(samples=samples))
+        self.ledger.busy("controller", self.clock.now() - t0)
 
     def on_event(self, msg: Event) -> None:
         """A worker's event; its absolute times go on the measured clock."""
@@ -265,7 +267,7 @@ class Controller:
     # --- dispatch ----------------------------------------------------------------------
     def pump(self) -> None:
         """Dispatch what the rules allow; account the time spent blocked since the last call."""
-        now = time.monotonic()
+        now = self.clock.now()
         for reason in self._blocked:
             self.waits[reason] += now - self._last_pump
         self._last_pump = now
@@ -273,7 +275,7 @@ class Controller:
         if not self.done:
             self._dispatch_prompts()
             self._dispatch_batches()
-        self.ledger.busy("controller", time.monotonic() - now)
+        self.ledger.busy("controller", self.clock.now() - now)
         if now - self._last_depths >= 0.025:
             self._last_depths = now
             counters = [self.ch.counters[i] for i in range(len(self.ch.counters))]

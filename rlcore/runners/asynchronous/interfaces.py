@@ -1,15 +1,18 @@
 """The interfaces between the asynchronous roles and the vehicle that carries them.
 
-A role (rollout worker, trainer, parameter service, controller) sees queues, flags and
-counters only through these Protocols, so the same role code runs as a thread
-(`vehicles.Threads`: `queue.Queue`, `threading.Event`) or as a worker process
-(`vehicles.Processes`: pipes, `multiprocessing.Event`, shared memory).
+A role (rollout worker, trainer, parameter service, controller) sees queues, flags, counters
+and the clock only through these Protocols, so the same role code runs as a thread
+(`vehicles.Threads`: `queue.Queue`, `threading.Event`), as a worker process
+(`vehicles.Processes`: pipes, `multiprocessing.Event`, shared memory), or as one of the roles a
+virtual clock runs one at a time (`vehicles.Virtual`: `rlcore/clock/virtual.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
+
+from rlcore.clock import Clock
 
 
 class Queue(Protocol):
@@ -78,10 +81,11 @@ L = TypeVar("L", bound=Launch)
 
 
 class Vehicle(Protocol):
-    """Carries the roles: threads of this process, or worker processes."""
+    """Carries the roles: threads of this process, worker processes, or virtual roles."""
 
     # Separate processes: weights in shared memory, and a worker can die alone.
     processes: bool
+    clock: Clock  # the one clock of every role and of the run's ledger
 
     def queue(self) -> Queue: ...
 

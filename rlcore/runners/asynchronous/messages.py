@@ -87,7 +87,7 @@ class CommitRequest:
     base_version: int
     finite: bool
     stats: dict[str, float] = field(default_factory=dict)
-    t_start: float = 0.0  # time.monotonic() when the trainer started the update
+    t_start: float = 0.0  # the run's clock when the trainer started the update
     t_sent: float = 0.0  # ... and when it sent this request
     ops: tuple[TrainerOp, ...] = ()  # the trainer's steps since its last report
 
@@ -99,7 +99,7 @@ class CommitAck:
     applied: bool
     version: int  # the global version after the decision
     next_slot: int  # the slot the trainer writes its next candidate into
-    t: float  # when the decision was made (time.monotonic)
+    t: float  # when the decision was made (the run's clock)
     reason: str = ""
 
 

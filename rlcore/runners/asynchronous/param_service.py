@@ -10,8 +10,8 @@ commit is recorded as skipped and the version does not move.
 
 from __future__ import annotations
 
-import time
-
+from rlcore.clock import Clock
+from rlcore.clock.work import Commit
 from rlcore.runners.asynchronous.contexts import ParamServiceContext
 from rlcore.runners.asynchronous.messages import (
     CommitAck,
@@ -26,18 +26,19 @@ from rlcore.runners.asynchronous.weight_slots import WeightSlots
 class ParamService:
     """Decides commits; the only caller of `WeightSlots.publish`."""
 
-    def __init__(self, slots: WeightSlots):
-        self.slots = slots
+    def __init__(self, slots: WeightSlots, clock: Clock):
+        self.slots, self.clock = slots, clock
 
     def commit(self, req: CommitRequest) -> CommitAck:
+        self.clock.charge(Commit())
         if req.finite:
             applied, version, previous = self.slots.publish_next(req.slot, req.base_version)
             if applied:  # the old current slot becomes the trainer's next staging slot
-                return CommitAck(True, version, next_slot=previous, t=time.monotonic())
+                return CommitAck(True, version, next_slot=previous, t=self.clock.now())
             reason = f"stale base (candidate from v{req.base_version}, current v{version})"
         else:
             version, reason = self.slots.version(), "non-finite loss or gradient"
-        return CommitAck(False, version, next_slot=req.slot, t=time.monotonic(), reason=reason)
+        return CommitAck(False, version, next_slot=req.slot, t=self.clock.now(), reason=reason)
 
 
 def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
@@ -59,22 +60,23 @@ def param_service_main(ctx: ParamServiceContext) -> None:
     from rlcore.policy.hf_policy import load_model
     from rlcore.policy.model_dir import check_model_dir
 
-    t_load = time.monotonic()
+    clock = ctx.clock
+    t_load = clock.now()
     model = load_model(check_model_dir(ctx.cfg.model.path))
     ctx.slots.write(0, ctx.slots.ordered(dict(model.named_parameters())))
     ctx.slots.publish(0, 0)
     del model
-    ctx.inbox.put(Ready(ctx.name, ctx.pid(), "cpu", time.monotonic() - t_load))
-    service = ParamService(ctx.slots)
+    ctx.inbox.put(Ready(ctx.name, ctx.pid(), "cpu", clock.now() - t_load))
+    service = ParamService(ctx.slots, clock)
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
     while True:
         req = ctx.commit_q.get()
         if req is None:
             break
-        t0 = time.monotonic()
+        t0 = clock.now()
         ack = service.commit(req)
-        commit_s = time.monotonic() - t0
+        commit_s = clock.now() - t0
         ctx.ack_qs[req.trainer].put(ack)
         ctx.inbox.put(verdict(req, ack, commit_s))
     ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0))

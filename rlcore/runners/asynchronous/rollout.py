@@ -17,9 +17,9 @@ message carries its schedule record: rows, versions, swaps and cuts (`rlcore/rec
 from __future__ import annotations
 
 import queue
-import time
 from collections import deque
 
+from rlcore.clock.work import Weights
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import ChunkedSampler, Draws
 from rlcore.record.schedule import GenerationRecord
@@ -61,12 +61,12 @@ class PromptFeed:
 
 def rollout_main(ctx: RolloutContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, generate until told to stop."""
-    cfg, ro = ctx.cfg, ctx.cfg.rollout
-    t_load = time.monotonic()
-    policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device)
+    cfg, ro, clock = ctx.cfg, ctx.cfg.rollout, ctx.clock
+    t_load = clock.now()
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device, clock=clock)
     params = ctx.slots.ordered(dict(policy.model.named_parameters()))
     local_version = ctx.slots.read_into(params)
-    ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), time.monotonic() - t_load))
+    ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), clock.now() - t_load))
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
     sampled = reprefilled = kv_kept = abandoned = 0
@@ -79,13 +79,14 @@ def rollout_main(ctx: RolloutContext) -> None:
         out = RolloutBatch(ctx.name)
 
         def reload(out: RolloutBatch = out) -> int:
-            t0 = time.monotonic()
+            t0 = clock.now()
             v = ctx.slots.read_into(params)
-            out.events.append(Event("weight_reload", time.monotonic(), {
-                "worker": ctx.name, "version": v, "reload_s": time.monotonic() - t0}))
+            clock.charge(Weights("read", ctx.slots.nbytes))
+            out.events.append(Event("weight_reload", clock.now(), {
+                "worker": ctx.name, "version": v, "reload_s": clock.now() - t0}))
             return v
 
-        t_start = time.monotonic()
+        t_start = clock.now()
         if ctx.slots.version() > local_version:
             local_version = reload()
         sampler = policy.sampler([policy.encode_prompt(s.prompt) for s in batch],
@@ -107,7 +108,7 @@ def rollout_main(ctx: RolloutContext) -> None:
             global_version = ctx.slots.version()
             if sampler.done or global_version <= local_version:
                 continue
-            now = time.monotonic()
+            now = clock.now()
             out.events.append(Event("rollout_interrupt", now, {
                 "worker": ctx.name, "old_version": local_version,
                 "new_version": global_version, "policy": cfg.staleness.interrupt}))
@@ -130,7 +131,7 @@ def rollout_main(ctx: RolloutContext) -> None:
             live = [i for i in live if sampler.gens[i].finished]
             break
         record.chunks = sampler.chunks
-        t_end = time.monotonic()
+        t_end = clock.now()
         for i in live:
             g = sampler.gens[i]
             out.samples.append(SampleMsg(

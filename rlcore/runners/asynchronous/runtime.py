@@ -9,7 +9,6 @@ module only moves messages to it and watches the workers' health (`health.py`).
 from __future__ import annotations
 
 import queue
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,7 @@ class Runtime:
     """The roles of one run, their channels, and the loop that feeds the controller."""
 
     def __init__(self, cfg: RunConfig, vehicle: Vehicle):
-        self.cfg, self.v = cfg, vehicle
+        self.cfg, self.v, self.clock = cfg, vehicle, vehicle.clock
         rt = cfg.runtime
         self.n_rollout, self.n_trainer = rt.rollout_workers, rt.trainer_workers
         spec = trainable_spec(cfg.model.path)
@@ -77,8 +76,8 @@ class Runtime:
 
     def _common(self, name: str, index: int) -> dict[str, Any]:
         return dict(cfg=self.cfg, name=name, index=index, inbox=self.inbox,
-                    start=self.start_evt, slots=self.slots, cpus=self.cpus.get(name),
-                    own_process=self.v.processes)
+                    start=self.start_evt, slots=self.slots, clock=self.clock,
+                    cpus=self.cpus.get(name), own_process=self.v.processes)
 
     def launch(self) -> None:
         self.v.start("param_service", param_service_main, ParamServiceContext(
@@ -110,7 +109,7 @@ class Runtime:
         A worker's last messages (its Stopped, or its traceback) can still be in the queue when
         its exit is seen, so a dead worker is given half a second of normal receiving first.
         """
-        now = time.monotonic()
+        now = self.clock.now()
         if now - self._last_check < POLL_S and not self.suspects:
             return  # exit codes cost a syscall per worker: look every poll interval
         self._last_check = now
@@ -139,19 +138,19 @@ class Runtime:
     # --- phases --------------------------------------------------------------------------
     def barrier(self, ledger: RunLedger) -> float:
         """Wait until every worker has loaded its model; returns the cold-start seconds."""
-        t0 = time.monotonic()
+        t0 = self.clock.now()
         waiting = {"param_service", *(f"rollout{i}" for i in range(self.n_rollout)),
                    *(f"trainer{i}" for i in range(self.n_trainer))}
         ready = []
         while waiting:
-            if time.monotonic() - t0 > self.cfg.runtime.start_timeout_s:
+            if self.clock.now() - t0 > self.cfg.runtime.start_timeout_s:
                 raise WorkerFailed(f"workers {sorted(waiting)} did not load their models within "
                                    f"runtime.start_timeout_s={self.cfg.runtime.start_timeout_s}")
             msg = self.receive()
             if isinstance(msg, Ready):
                 waiting.discard(msg.worker)
                 ready.append(msg)
-        cold = time.monotonic() - t0
+        cold = self.clock.now() - t0
         ledger.start_clock()
         for r in ready:
             ledger.event("worker_ready", t=0.0, worker=r.worker, pid=r.pid, device=r.device,
@@ -181,9 +180,9 @@ class Runtime:
         self._drain(controller, {"param_service"})
 
     def _drain(self, controller: Controller, names: set[str]) -> None:
-        deadline = time.monotonic() + 30
+        deadline = self.clock.now() + 30
         while not names <= set(self.stopped):
-            if time.monotonic() > deadline:
+            if self.clock.now() > deadline:
                 raise WorkerFailed(f"workers {sorted(names - set(self.stopped))} did not stop "
                                    "within 30 s")
             msg = self.receive()
@@ -204,7 +203,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
     set_threads(cfg)
     # Built before the run directory is opened: a bad device or model config fails here.
     runtime = Runtime(cfg, vehicle)
-    ledger = RunLedger(cfg, out_dir, force=force)
+    ledger = RunLedger(cfg, out_dir, force=force, clock=vehicle.clock)
     controller: Controller | None = None
     try:
         runtime.launch()

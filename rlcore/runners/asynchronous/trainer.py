@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import queue
-import time
 
+from rlcore.clock.work import Weights
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.record.schedule import TrainerOp
 from rlcore.runners.asynchronous.contexts import TrainerContext
@@ -40,8 +40,9 @@ class Trainer:
     """One trainer role: its policy, its staging slot and its pending commit."""
 
     def __init__(self, ctx: TrainerContext):
-        self.ctx, self.cfg = ctx, ctx.cfg
-        self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device)
+        self.ctx, self.cfg, self.clock = ctx, ctx.cfg, ctx.clock
+        self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device,
+                               clock=ctx.clock)
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
         self.version = ctx.slots.read_into(self.params)  # the version self.params hold
         self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
@@ -56,6 +57,7 @@ class Trainer:
     def reload(self) -> None:
         """Load the published state (dropping this trainer's own candidate, if any)."""
         self.version = self.ctx.slots.read_into(self.params)
+        self.clock.charge(Weights("read", self.ctx.slots.nbytes))
         self.step("load", self.version)
 
     def report(self) -> tuple[TrainerOp, ...]:
@@ -76,7 +78,7 @@ class Trainer:
             self.train(req)
 
     def train(self, req: TrainRequest) -> None:
-        t_start = time.monotonic()
+        t_start = self.clock.now()
         if not self.pending and self.ctx.slots.version() != self.version:
             self.reload()  # another trainer committed
         oldest = min(min(v) for v in req.batch.versions if v)
@@ -92,13 +94,14 @@ class Trainer:
             # computed on a rejected candidate (or no verdict came): discard it as well
             self.refuse(req, "its base candidate was not committed", stats, t_start)
             return
-        t_write = time.monotonic()
+        t_write = self.clock.now()
         self.ctx.slots.write(self.slot, self.params)
-        stats["time/weight_write_s"] = time.monotonic() - t_write
+        self.clock.charge(Weights("write", self.ctx.slots.nbytes))
+        stats["time/weight_write_s"] = self.clock.now() - t_write
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, finite, stats, t_start,
-                                            time.monotonic(), self.report()))
+                                            self.clock.now(), self.report()))
         self.pending = True
         self.version += 1  # what self.params will be once the service applies the candidate
 
@@ -119,16 +122,16 @@ class Trainer:
         """Report an update this trainer will not propose to the parameter service."""
         ctx = self.ctx
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
-                                 self.version, reason, stats, time.monotonic(), t_start,
+                                 self.version, reason, stats, self.clock.now(), t_start,
                                  ops=self.report()))
 
 
 def trainer_main(ctx: TrainerContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, train until a None request."""
-    t_load = time.monotonic()
+    t_load = ctx.clock.now()
     trainer = Trainer(ctx)
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(trainer.policy.device),
-                        time.monotonic() - t_load))
+                        ctx.clock.now() - t_load))
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
     trainer.run()

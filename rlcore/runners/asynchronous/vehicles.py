@@ -1,10 +1,13 @@
-"""The two vehicles that carry the asynchronous roles: processes, or threads.
+"""The vehicles that carry the asynchronous roles: processes, threads, or a virtual clock.
 
 `Processes` is the AReaL-style runtime (paper §3): every role in its own process, weights in
 shared memory. Each is forked from a clean server process (`forkserver.py`) that has imported
 torch but run nothing, so each builds its own threads and CUDA context, as spawned ones would.
 `Threads` is the threaded baseline: the same roles as threads of one process, where Python's
 GIL serialises their Python work, which is the point of the comparison.
+`Virtual` carries either runner under `runtime.clock: virtual`: the same roles, one at a time,
+in the order and at the times a discrete-event scheduler decides (`rlcore/clock/virtual.py`);
+for the threaded baseline its roles also share one interpreter lock.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the reductions that share tensors
 
+from rlcore.clock import WALL, Clock
+from rlcore.clock.virtual import MAIN, Cancelled, VirtualClock, VirtualFlag, VirtualQueue
 from rlcore.runners.asynchronous import forkserver
 from rlcore.runners.asynchronous.health import die_with_parent
 from rlcore.runners.asynchronous.interfaces import (
@@ -45,6 +50,8 @@ def _run_role(fn: Callable[[L], None], ctx: L) -> bool:
     try:
         fn(ctx)
         return True
+    except Cancelled:  # the virtual schedule was closed: the run has ended already
+        raise
     except BaseException:  # noqa: BLE001 - any failure must reach the main process
         ctx.inbox.put(WorkerError(ctx.name, traceback.format_exc()))
         return False
@@ -97,6 +104,7 @@ class Processes:
     """The process vehicle: one process per role, weights in shared memory."""
 
     processes = True
+    clock: Clock = WALL
 
     def __init__(self) -> None:
         self.mp = forkserver.context()
@@ -143,6 +151,7 @@ class Threads:
     """The threaded vehicle: one thread per role in this process."""
 
     processes = False
+    clock: Clock = WALL
 
     def __init__(self) -> None:
         self.handles: dict[str, threading.Thread] = {}
@@ -174,3 +183,40 @@ class Threads:
         ends.start_evt.set()  # release anyone still at the barrier
         for q in [*ends.trainer_qs, ends.commit_q]:
             q.put(None)
+
+
+class Virtual:
+    """The virtual vehicle: every role a thread of this process, one running at a time."""
+
+    processes = False
+
+    def __init__(self, clock: VirtualClock):
+        self.clock: Clock = clock
+        self._clock = clock
+
+    def queue(self) -> Queue:
+        return VirtualQueue(self._clock)
+
+    def flag(self) -> Flag:
+        return VirtualFlag(self._clock)
+
+    def counters(self, n: int) -> Counters:
+        return [0] * n
+
+    def locked_array(self, n: int) -> LockedArray:
+        return multiprocessing.Array("q", n)
+
+    def start(self, name: str, fn: Callable[[L], None], ctx: L) -> None:
+        """A new role, runnable once the caller gives up the baton (no pinning: only one
+        role runs at a time)."""
+        def role() -> None:
+            _run_role(fn, ctx)
+
+        self._clock.start(name, role)
+
+    def dead(self) -> dict[str, str]:
+        return {n: "role ended" for n in self._clock.ended() if n != MAIN}
+
+    def end_all(self, ends: Ends) -> None:
+        """Close the schedule: roles still waiting for their turn end at once."""
+        self._clock.close()

@@ -101,6 +101,11 @@ class WeightSlots:
         # copy of the object): what the sequence lock caught.
         self.retries = 0
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one slot: what a write or a read copies."""
+        return spec_bytes(self.spec)
+
     def _views(self, buffers: dict[torch.dtype, torch.Tensor]) -> list[torch.Tensor]:
         """The slot's tensors, in `names` order, as views into its flat buffers."""
         offsets = dict.fromkeys(buffers, 0)

@@ -1,0 +1,65 @@
+"""The clock a run's roles read and report their work to.
+
+Every role and the run ledger read time only through a `Clock`, and report each computation
+(`work.py`) to it as they finish it. `WallClock` is this machine's monotonic clock and lets
+the work take the time it took. `VirtualClock` (`virtual.py`) runs the roles one at a time
+and charges each computation's price from a hardware profile, so that a run's timing, and
+with it every asynchronous decision, is a function of its config.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from rlcore.clock.profile import HardwareProfile
+from rlcore.clock.virtual import VirtualClock
+from rlcore.clock.work import Work
+from rlcore.config import RuntimeConfig
+
+
+class Clock(Protocol):
+    """What the roles, the controller and the ledger see of time."""
+
+    # True when time is charged from a cost model rather than measured.
+    virtual: bool
+    profile: HardwareProfile | None  # the cost model (virtual only)
+
+    def now(self) -> float:
+        """Seconds on this clock (an arbitrary origin; differences are durations)."""
+        ...
+
+    def charge(self, work: Work) -> None:
+        """Report a computation the caller has just done (virtual: its price passes)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """summary.json's `clock`: which clock timed the run, and on what hardware profile."""
+        ...
+
+
+class WallClock:
+    """This machine's CLOCK_MONOTONIC: one clock for every process of the run."""
+
+    virtual: bool = False
+    profile: HardwareProfile | None = None
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def charge(self, work: Work) -> None:
+        """The work took its real time already: nothing to add."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "wall", "hardware": None, "profile_digest": None, "charged_s": None}
+
+
+WALL = WallClock()
+
+
+def clock_for(runtime: RuntimeConfig, *, shared_interpreter: bool = False) -> Clock:
+    """The clock `runtime.clock` names, created in (and run from) the calling thread;
+    `shared_interpreter`: the roles are threads of one interpreter (the threaded baseline)."""
+    if runtime.clock == "wall":
+        return WALL
+    return VirtualClock.of(runtime, shared_interpreter=shared_interpreter)

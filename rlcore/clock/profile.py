@@ -1,0 +1,195 @@
+"""Hardware profiles: the cost model that prices a role's work in seconds.
+
+A profile is one YAML file under `config/hardware/` (or any path): per cost term, a few
+coefficients with their units, and where they come from (`rlcore calibrate` on a machine,
+or derived from published hardware figures; docs/virtual_clock.md). Every term is linear
+in the sizes of `work.py`, so the price of a chunk or an update is one dot product.
+
+`gil_share` is the fraction of a term's seconds spent holding Python's interpreter lock
+(launching kernels, the sampling loop): under the threaded baseline the roles share one
+interpreter, so those seconds of different roles cannot overlap (`virtual.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights, Work
+from rlcore.config.files import parse_yaml
+from rlcore.config.schema import schema_for, validation_errors
+from rlcore.errors import ConfigError
+
+# The shipped profiles: `runtime.hardware: NAME` reads config/hardware/NAME.yaml.
+HARDWARE_DIR = Path(__file__).resolve().parents[2] / "config" / "hardware"
+
+
+def _f(help: str, **constraints: Any) -> Any:
+    return dataclasses.field(metadata={"help": help, **constraints})
+
+
+_SHARE = dict(minimum=0, maximum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeCost:
+    step_s: float = _f("seconds per sampling step, whatever the batch (softmax, draw, "
+                       "Python loop)", minimum=0)
+    per_row_s: float = _f("seconds per row of a decode forward pass", minimum=0)
+    per_row_context_s: float = _f("seconds per row and KV-cache position of a decode "
+                                  "forward pass (attention over the cache)", minimum=0)
+    gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCost:
+    call_s: float = _f("seconds per call, whatever its size", minimum=0)
+    per_token_s: float = _f("seconds per token (rows x padded width)", minimum=0)
+    gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyCost:
+    call_s: float = _f("seconds per copy, whatever its size", minimum=0)
+    gb_per_s: float = _f("bandwidth of the copy, in 1e9 bytes per second", exclusiveMinimum=0)
+    gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardCost:
+    answer_s: float = _f("seconds to score one answer task (parse and compare)", minimum=0)
+    code_s: float = _f("seconds to score one code task (its tests in the sandbox)", minimum=0)
+    gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerCost:
+    message_s: float = _f("seconds to handle one message, whatever it holds", minimum=0)
+    per_sample_s: float = _f("seconds per sample a message carries (filter, ledger row)",
+                             minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitCost:
+    call_s: float = _f("seconds for the parameter service to decide one commit", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareProfile:
+    """Seconds per unit of work for each role's computations on one machine and model."""
+
+    name: str = _f("the profile's name (its file name under config/hardware/)")
+    machine: str = _f("the machine and model these costs hold for")
+    source: str = _f("how the numbers were obtained: measured (by whom, when) or derived")
+    model_bytes: int | None = _f(
+        "bytes of one copy of the trainable state of the model these costs are for, which a "
+        "weight copy moves; null: the run's own model's (a profile calibrated on that model)",
+        minimum=1)
+    decode: DecodeCost = _f("rollout: a decode step (`work.py::Decode`)")
+    prefill: TokenCost = _f("rollout (re)prefill and the proximal recompute (`work.py::Prefill`)")
+    update: TokenCost = _f("trainer: one update (`work.py::Update`)")
+    weight_write: CopyCost = _f("trainer: writing its candidate state (`work.py::Weights`)")
+    weight_read: CopyCost = _f("rollout or trainer: loading the published state")
+    reward: RewardCost = _f("controller: scoring one response (`work.py::Reward`)")
+    controller: ControllerCost = _f("controller: handling one message (`work.py::Handle`)")
+    commit: CommitCost = _f("parameter service: deciding one commit (`work.py::Commit`)")
+
+    def seconds(self, work: Work) -> float:
+        """The price of `work` on this hardware."""
+        match work:
+            case Decode():
+                d = self.decode
+                return (d.step_s * work.steps + d.per_row_s * work.rows
+                        + d.per_row_context_s * work.row_context)
+            case Prefill():
+                return self.prefill.call_s * work.calls + self.prefill.per_token_s * work.tokens
+            case Update():
+                return self.update.call_s + self.update.per_token_s * work.tokens
+            case Weights():
+                c = self.weight_write if work.direction == "write" else self.weight_read
+                nbytes = work.nbytes if self.model_bytes is None else self.model_bytes
+                return c.call_s + nbytes / (c.gb_per_s * 1e9)
+            case Reward():
+                return self.reward.code_s if work.kind == "code" else self.reward.answer_s
+            case Handle():
+                return self.controller.message_s + self.controller.per_sample_s * work.samples
+            case Commit():
+                return self.commit.call_s
+        raise TypeError(f"no cost term for {work!r}")
+
+    def gil_share(self, work: Work) -> float:
+        """The share of `work`'s seconds that holds the interpreter lock."""
+        match work:
+            case Decode():
+                return self.decode.gil_share
+            case Prefill():
+                return self.prefill.gil_share
+            case Update():
+                return self.update.gil_share
+            case Weights():
+                return (self.weight_write if work.direction == "write"
+                        else self.weight_read).gil_share
+            case Reward():
+                return self.reward.gil_share
+        return 1.0  # the controller and the service are Python through and through
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """A short digest of the costs (not the prose), recorded with every virtual run."""
+        costs = {k: v for k, v in self.to_dict().items() if isinstance(v, dict)}
+        return hashlib.sha256(json.dumps(costs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def profile_schema() -> dict[str, Any]:
+    """JSON Schema of a hardware profile file; every key is required."""
+    schema = schema_for(HardwareProfile)
+
+    def require_all(node: dict[str, Any]) -> None:
+        node["required"] = list(node["properties"])
+        for sub in node["properties"].values():
+            if "properties" in sub:
+                require_all(sub)
+
+    require_all(schema)
+    return schema
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _build(hints[f.name], data[f.name])
+                  if dataclasses.is_dataclass(hints[f.name]) else data[f.name]
+                  for f in dataclasses.fields(cls)})
+
+
+def profile_path(name_or_path: str) -> Path:
+    """The file `runtime.hardware` names: a shipped profile's name, or a path."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        path = Path(name_or_path)
+    else:
+        path = HARDWARE_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        shipped = sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+        raise ConfigError(f"runtime.hardware '{name_or_path}': no profile at {path}; give a "
+                          f"YAML file's path or one of {', '.join(shipped)} "
+                          "(`rlcore calibrate` writes one for this machine)")
+    return path
+
+
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """Read and validate a hardware profile; errors name the file and the key."""
+    path = profile_path(name_or_path)
+    try:
+        data = parse_yaml(path.read_text())
+    except ConfigError as e:
+        raise ConfigError(f"hardware profile {path}: {e}") from e
+    errors = validation_errors(profile_schema(), data)
+    if errors:
+        raise ConfigError(f"hardware profile {path}: " + "; ".join(
+            e.replace("config key", "key") for e in errors))
+    return typing.cast(HardwareProfile, _build(HardwareProfile, data))

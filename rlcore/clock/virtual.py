@@ -1,0 +1,280 @@
+"""The virtual clock: a discrete-event scheduler that runs a run's roles one at a time.
+
+The roles are the live runners' own code, each on a thread of this process (as in
+FoundationDB's simulation), but only the one holding the baton runs. A role gives the baton
+up in two ways only:
+  charge(work)   it has just computed `work`: it sleeps for the work's price on the hardware
+                 profile, so what it sends next is sent at the end of that computation;
+  wait_for(...)  it blocks on a queue or a flag (`VirtualQueue`, `VirtualFlag`) until
+                 another role puts or sets it, or until its timeout passes in virtual time.
+The baton then goes to the role with the earliest wake-up time. Ties go to the role that
+became runnable first (a sequence number taken when its wake-up time was set), which is
+itself decided by the order of the roles' actions, so the whole interleaving is a function
+of the run's config: no wall time, thread timing or machine load enters it.
+
+Each computation is really executed, while virtual time stands still; a role sees the
+others' state as it was when its computation began, and others see its results when the
+computation's price has passed. Under the threaded baseline (`shared_interpreter`) the roles
+also share one interpreter lock: the `gil_share` of each price is served one role at a time,
+first come first served (`profile.py`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlcore.clock.profile import HardwareProfile, load_profile
+from rlcore.clock.work import Work
+from rlcore.config import RuntimeConfig
+
+MAIN = "controller"  # the role of the thread that creates the clock
+
+
+class Cancelled(BaseException):
+    """Raised in a role waiting for its turn when the run ends (`VirtualClock.close`)."""
+
+
+class VirtualDeadlock(RuntimeError):
+    """Every role waits on a queue or flag that no runnable role can ever fill."""
+
+
+@dataclass(eq=False)
+class _Role:
+    name: str
+    baton: threading.Event = field(default_factory=threading.Event)
+    wake: float | None = None  # when it may run again (None: running, or only when notified)
+    seq: int = 0  # tie-break among roles waking at the same time: first set, first run
+    waiting: object | None = None  # the queue or flag it is blocked on
+    left: bool = False  # its function has returned
+
+
+class VirtualClock:
+    """Virtual time and the baton that decides which role runs."""
+
+    virtual: bool = True
+
+    def __init__(self, profile: HardwareProfile, *, shared_interpreter: bool = False):
+        self.profile: HardwareProfile | None = profile
+        self._costs = profile
+        self.shared_interpreter = shared_interpreter
+        self._now = 0.0
+        self._gil_free = 0.0  # when the shared interpreter lock is next free
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._roles: list[_Role] = []
+        self.closed = False
+        self._failure: BaseException | None = None
+        self._main = self._add(MAIN)
+        self._local.role = self._main
+        self.charged: dict[str, float] = {}  # seconds charged, by term
+
+    @classmethod
+    def of(cls, runtime: RuntimeConfig, *, shared_interpreter: bool = False) -> VirtualClock:
+        """The clock of `runtime.hardware`, its main role the calling thread."""
+        return cls(load_profile(runtime.hardware), shared_interpreter=shared_interpreter)
+
+    # --- the roles' view ------------------------------------------------------------------
+    def now(self) -> float:
+        return self._now
+
+    def charge(self, work: Work) -> None:
+        """The caller computed `work`: it resumes once the work's price has passed."""
+        seconds = self._costs.seconds(work)
+        term = type(work).__name__.lower()
+        self.charged[term] = self.charged.get(term, 0.0) + seconds
+        if self.closed or seconds <= 0:
+            return
+        me, start = self._me(), self._now
+        if self.shared_interpreter:
+            held = seconds * self._costs.gil_share(work)
+            if held > 0:  # wait for the interpreter, then hold it for this share
+                start = max(start, self._gil_free)
+                self._gil_free = start + held
+        with self._lock:
+            self._set_wake(me, start + seconds)
+        self._switch(me)
+
+    def wait_for(self, ready: Callable[[], bool], channel: object, timeout: float | None
+                 ) -> bool:
+        """Block until `ready()` (re-checked whenever `channel` is notified) or until
+        `timeout` virtual seconds pass; returns ready()."""
+        if ready() or self.closed or (timeout is not None and timeout <= 0):
+            return ready()
+        me = self._me()
+        deadline = None if timeout is None else self._now + timeout
+        while True:
+            with self._lock:
+                me.waiting = channel
+                if deadline is not None:
+                    self._set_wake(me, deadline)
+            self._switch(me)
+            if ready() or self.closed:
+                return ready()
+            if deadline is not None and self._now >= deadline:
+                return False
+
+    def notify(self, channel: object) -> None:
+        """`channel` changed: every role blocked on it may run now."""
+        with self._lock:
+            for role in self._roles:
+                if role.waiting is channel and not role.left:
+                    role.waiting = None
+                    self._set_wake(role, self._now)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "virtual", "hardware": self._costs.name,
+                "profile_digest": self._costs.digest(),
+                "charged_s": {k: self.charged[k] for k in sorted(self.charged)}}
+
+    # --- the vehicle's view ---------------------------------------------------------------
+    def start(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        """Run `target` as a new role, first runnable now (after any already runnable now)."""
+        with self._lock:
+            role = self._add(name)
+            self._set_wake(role, self._now)
+
+        def body() -> None:
+            self._local.role = role
+            try:
+                self._wait_turn(role)
+                target()
+            except Cancelled:
+                pass
+            finally:
+                self._leave(role)
+
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def ended(self) -> list[str]:
+        """The roles whose function has returned."""
+        return [r.name for r in self._roles if r.left]
+
+    def close(self) -> None:
+        """End the schedule: every role still waiting for its turn raises Cancelled."""
+        with self._lock:
+            self.closed = True
+            for role in self._roles:
+                role.baton.set()
+
+    # --- scheduling -----------------------------------------------------------------------
+    def _add(self, name: str) -> _Role:
+        role = _Role(name)
+        self._roles.append(role)
+        return role
+
+    def _me(self) -> _Role:
+        role = getattr(self._local, "role", None)
+        if role is None:
+            raise RuntimeError(f"thread {threading.current_thread().name!r} is not a role of "
+                               "this virtual clock: only roles may wait or be charged")
+        return role
+
+    def _set_wake(self, role: _Role, t: float) -> None:
+        role.wake, role.seq = t, next(self._seq)
+
+    def _next(self) -> _Role | None:
+        runnable = [r for r in self._roles if r.wake is not None and not r.left]
+        return min(runnable, key=lambda r: (r.wake, r.seq), default=None)
+
+    def _hand(self, role: _Role) -> None:
+        """Give `role` the baton (under the lock)."""
+        assert role.wake is not None
+        self._now = max(self._now, role.wake)
+        role.wake, role.waiting = None, None
+        role.baton.set()
+
+    def _switch(self, me: _Role) -> None:
+        with self._lock:
+            nxt = self._next()
+            if nxt is None:
+                self._deadlock(me)  # raises in the main role; else wakes it to raise there
+                nxt = self._next()
+            assert nxt is not None
+            if nxt is me:
+                self._now = max(self._now, me.wake or self._now)
+                me.wake, me.waiting = None, None
+                return
+            me.baton.clear()
+            self._hand(nxt)
+        self._wait_turn(me)
+
+    def _wait_turn(self, me: _Role) -> None:
+        me.baton.wait()
+        if self._failure is not None and me is self._main:
+            failure, self._failure = self._failure, None
+            raise failure
+        if self.closed and me is not self._main:
+            raise Cancelled
+
+    def _deadlock(self, me: _Role) -> None:
+        """No role can ever run again: fail the run from the main role."""
+        blocked = ", ".join(r.name for r in self._roles if not r.left)
+        err = VirtualDeadlock(f"virtual clock deadlock at t={self._now:.6f}s: every role "
+                              f"({blocked}) waits on a queue or flag with no timeout")
+        if me is self._main:
+            raise err
+        self._failure = err
+        self._set_wake(self._main, self._now)
+
+    def _leave(self, me: _Role) -> None:
+        with self._lock:
+            me.left = True
+            me.wake = me.waiting = None
+            if self.closed:
+                return
+            nxt = self._next()
+            if nxt is None:
+                self._deadlock(me)
+                nxt = self._next()
+            assert nxt is not None
+            self._hand(nxt)
+
+
+class VirtualQueue:
+    """A FIFO whose blocking `get` waits in virtual time."""
+
+    def __init__(self, clock: VirtualClock):
+        self._clock = clock
+        self._items: deque[Any] = deque()
+
+    def put(self, obj: Any) -> None:
+        self._items.append(obj)
+        self._clock.notify(self)
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        if not self._clock.wait_for(lambda: bool(self._items), self, timeout):
+            raise queue.Empty
+        return self._items.popleft()
+
+    def get_nowait(self) -> Any:
+        return self.get(timeout=0)
+
+    def empty(self) -> bool:
+        return not self._items
+
+
+class VirtualFlag:
+    """A one-way switch whose `wait` waits in virtual time."""
+
+    def __init__(self, clock: VirtualClock):
+        self._clock = clock
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        self._clock.notify(self)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._clock.wait_for(lambda: self._set, self, timeout)

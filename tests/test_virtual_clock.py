@@ -1,0 +1,306 @@
+"""The virtual clock: the scheduler's order and times worked out by hand, the cost model,
+hardware profiles, and whole runs that are a function of their config."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import queue
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlcore.clock.profile import (
+    HARDWARE_DIR,
+    CommitCost,
+    ControllerCost,
+    CopyCost,
+    DecodeCost,
+    HardwareProfile,
+    RewardCost,
+    TokenCost,
+    load_profile,
+)
+from rlcore.clock.virtual import VirtualClock, VirtualDeadlock, VirtualFlag, VirtualQueue
+from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights
+from rlcore.config import ConfigError, config_from_dict
+from rlcore.record.rundir import read_jsonl
+from rlcore.replay.replayer import replay_run
+from rlcore.runners import run_mode
+from tests.conftest import small_config
+
+
+def profile(**terms: Any) -> HardwareProfile:
+    """A profile whose every price is 0 unless given; gil_share 1 throughout."""
+    base = HardwareProfile(
+        name="test", machine="none", source="by hand", model_bytes=None,
+        decode=DecodeCost(0, 0, 0, 1), prefill=TokenCost(0, 0, 1), update=TokenCost(0, 0, 1),
+        weight_write=CopyCost(0, 1, 1), weight_read=CopyCost(0, 1, 1),
+        reward=RewardCost(0, 0, 1), controller=ControllerCost(0, 0), commit=CommitCost(0))
+    return dataclasses.replace(base, **terms)
+
+
+# Update(tokens) costs `tokens` seconds: a role charges exactly what it names.
+SECONDS = profile(update=TokenCost(call_s=0, per_token_s=1.0, gil_share=1.0))
+
+
+class TestCostModel:
+    def test_each_term_priced_by_hand(self):
+        p = profile(decode=DecodeCost(step_s=1e-3, per_row_s=1e-4, per_row_context_s=1e-6,
+                                      gil_share=1),
+                    prefill=TokenCost(call_s=2e-3, per_token_s=1e-5, gil_share=1),
+                    update=TokenCost(call_s=0.1, per_token_s=1e-4, gil_share=1),
+                    weight_read=CopyCost(call_s=1e-3, gb_per_s=2.0, gil_share=1),
+                    reward=RewardCost(answer_s=1e-5, code_s=0.05, gil_share=1),
+                    controller=ControllerCost(message_s=1e-4, per_sample_s=2e-5),
+                    commit=CommitCost(call_s=3e-5))
+        # 4 steps, 4 rows each at context 10..13: 4e-3 + 16e-4 + (4*(10+11+12+13))e-6
+        assert p.seconds(Decode(steps=4, rows=16, row_context=184)) == pytest.approx(
+            4e-3 + 1.6e-3 + 1.84e-4)
+        assert p.seconds(Prefill(calls=2, tokens=100)) == pytest.approx(4e-3 + 1e-3)
+        assert p.seconds(Update(tokens=1000)) == pytest.approx(0.1 + 0.1)
+        # 4 GB at 2 GB/s plus the call
+        assert p.seconds(Weights("read", 4 * 10**9)) == pytest.approx(2.001)
+        assert p.seconds(Reward("code")) == 0.05 and p.seconds(Reward("answer")) == 1e-5
+        assert p.seconds(Handle(samples=8)) == pytest.approx(1e-4 + 1.6e-4)
+        assert p.seconds(Commit()) == 3e-5
+
+    def test_model_bytes_prices_the_profiles_model_not_the_runs(self):
+        p = profile(weight_write=CopyCost(call_s=0, gb_per_s=1.0, gil_share=1),
+                    model_bytes=2 * 10**9)
+        assert p.seconds(Weights("write", 1000)) == pytest.approx(2.0)
+        assert dataclasses.replace(p, model_bytes=None).seconds(
+            Weights("write", 10**9)) == pytest.approx(1.0)
+
+    def test_shipped_profiles_load(self):
+        names = sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+        assert "cpu-2core" in names
+        for name in names:
+            assert load_profile(name).name == name
+
+    def test_a_bad_profile_names_its_file_and_key(self, tmp_path: Path):
+        data = yaml.safe_load((HARDWARE_DIR / "cpu-2core.yaml").read_text())
+        data["decode"]["per_row_s"] = -1
+        del data["commit"]
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump(data))
+        with pytest.raises(ConfigError, match="bad.yaml") as e:
+            load_profile(str(bad))
+        assert "decode.per_row_s" in str(e.value) and "commit" in str(e.value)
+
+    def test_an_unknown_profile_lists_the_shipped_ones(self):
+        with pytest.raises(ConfigError, match="cpu-2core"):
+            load_profile("no-such-machine")
+
+
+def run_roles(clock: VirtualClock, roles: dict[str, Any]) -> None:
+    """Start each role's function on the clock, then let the main role wait them out."""
+    done = VirtualQueue(clock)
+    for name, fn in roles.items():
+        def body(fn: Any = fn, name: str = name) -> None:
+            fn()
+            done.put(name)
+        clock.start(name, body)
+    for _ in roles:
+        done.get()
+
+
+class TestScheduler:
+    def test_roles_interleave_in_virtual_time(self):
+        clock = VirtualClock(SECONDS)
+        log: list[tuple[str, float]] = []
+
+        def worker(name: str, cost: int, n: int) -> Any:
+            def fn() -> None:
+                for _ in range(n):
+                    clock.charge(Update(tokens=cost))
+                    log.append((name, clock.now()))
+            return fn
+
+        run_roles(clock, {"a": worker("a", 2, 3), "b": worker("b", 3, 2)})
+        # a ends at 2, 4, 6; b at 3, 6. At 6 both wake: b asked for its wake-up when it was
+        # at 3, a when it was at 4, so b runs first.
+        assert log == [("a", 2), ("b", 3), ("a", 4), ("b", 6), ("a", 6)]
+
+    def test_a_put_wakes_the_getter_at_the_putters_time(self):
+        clock = VirtualClock(SECONDS)
+        q = VirtualQueue(clock)
+        got: list[tuple[Any, float]] = []
+
+        def producer() -> None:
+            clock.charge(Update(tokens=5))
+            q.put("x")
+
+        def consumer() -> None:
+            got.append((q.get(), clock.now()))
+
+        run_roles(clock, {"consumer": consumer, "producer": producer})
+        assert got == [("x", 5)]
+
+    def test_a_get_times_out_in_virtual_time(self):
+        clock = VirtualClock(SECONDS)
+        q = VirtualQueue(clock)
+        with pytest.raises(queue.Empty):
+            q.get(timeout=7.5)
+        assert clock.now() == 7.5
+        with pytest.raises(queue.Empty):
+            q.get_nowait()  # no timeout: time stands still
+        assert clock.now() == 7.5
+
+    def test_a_flag_wait_returns_when_set(self):
+        clock = VirtualClock(SECONDS)
+        flag = VirtualFlag(clock)
+        seen: list[tuple[bool, float]] = []
+
+        def setter() -> None:
+            clock.charge(Update(tokens=2))
+            flag.set()
+
+        def waiter() -> None:
+            seen.append((flag.wait(timeout=10), clock.now()))
+
+        run_roles(clock, {"waiter": waiter, "setter": setter})
+        assert seen == [(True, 2)]
+
+    def test_a_shared_interpreter_serialises_held_seconds(self):
+        # gil_share 1: two roles' work of 1 s each ends at 1 and 2 with one interpreter,
+        # both at 1 with an interpreter each.
+        ends = {}
+        for shared in (False, True):
+            clock = VirtualClock(SECONDS, shared_interpreter=shared)
+            out: list[float] = []
+
+            def fn(clock: VirtualClock = clock, out: list[float] = out) -> None:
+                clock.charge(Update(tokens=1))
+                out.append(clock.now())
+
+            run_roles(clock, {"a": fn, "b": fn})
+            ends[shared] = out
+        assert ends == {False: [1, 1], True: [1, 2]}
+
+    def test_half_the_work_holding_the_interpreter_overlaps_the_rest(self):
+        half = profile(update=TokenCost(call_s=0, per_token_s=1.0, gil_share=0.5))
+        clock = VirtualClock(half, shared_interpreter=True)
+        out: list[float] = []
+
+        def fn() -> None:
+            clock.charge(Update(tokens=2))  # 1 s holding the lock, 1 s not
+            out.append(clock.now())
+
+        run_roles(clock, {"a": fn, "b": fn})
+        assert out == [2, 3]  # b waits for a's held second, then takes its own two
+
+    def test_every_role_blocked_forever_is_a_deadlock(self):
+        clock = VirtualClock(SECONDS)
+        q = VirtualQueue(clock)
+        clock.start("stuck", lambda: q.get())
+        with pytest.raises(VirtualDeadlock, match="stuck"):
+            VirtualQueue(clock).get()
+        clock.close()
+
+    def test_charged_seconds_are_summed_by_term(self):
+        clock = VirtualClock(SECONDS)
+        clock.charge(Update(tokens=3))
+        clock.charge(Update(tokens=4))
+        assert clock.now() == 7
+        assert clock.describe()["charged_s"] == {"update": 7}
+
+
+# --- whole runs ------------------------------------------------------------------------------
+
+# The rollout's chunks cost about as much as an update, so that versions move during
+# generation: samples go stale and generations are interrupted.
+RUN_PROFILE = {
+    "name": "test-run", "machine": "none", "source": "tests", "model_bytes": None,
+    "decode": {"step_s": 2e-3, "per_row_s": 1e-4, "per_row_context_s": 1e-6, "gil_share": 0.8},
+    "prefill": {"call_s": 1e-3, "per_token_s": 1e-5, "gil_share": 0.5},
+    "update": {"call_s": 2e-2, "per_token_s": 5e-5, "gil_share": 0.3},
+    "weight_write": {"call_s": 1e-4, "gb_per_s": 1.0, "gil_share": 0.1},
+    "weight_read": {"call_s": 1e-4, "gb_per_s": 1.0, "gil_share": 0.1},
+    "reward": {"answer_s": 1e-5, "code_s": 0.05, "gil_share": 1.0},
+    "controller": {"message_s": 1e-4, "per_sample_s": 2e-5},
+    "commit": {"call_s": 1e-5},
+}
+
+
+def virtual_config(model_dir: Path, tmp: Path, mode: str, k: int, **staleness: Any) -> Any:
+    hw = tmp / "test-run.yaml"
+    if not hw.exists():
+        hw.write_text(yaml.safe_dump(RUN_PROFILE))
+    return config_from_dict(small_config(
+        model_dir, mode=mode,
+        train={"updates": 6, "update_batch_size": 8},
+        rollout={"max_new_tokens": 5, "chunk_tokens": 1, "group_size": 4},
+        staleness={"staleness_k": k, "max_retries": 1, **staleness},
+        runtime={"progress_every": 0, "save_policy": False, "clock": "virtual",
+                 "hardware": str(hw)}))
+
+
+RECORDS = ("samples.jsonl", "updates.jsonl", "schedule.jsonl")
+
+
+def records(run: Path) -> dict[str, str]:
+    out = {f: hashlib.sha256((run / f).read_bytes()).hexdigest() for f in RECORDS}
+    out["state"] = json.loads((run / "summary.json").read_text())[
+        "reproducibility"]["state_digest"]
+    return out
+
+
+@pytest.fixture
+def cpu_hog():
+    """A process spinning on a core while the test runs (the wall clock would notice)."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield
+    hog.kill()
+    hog.wait()
+
+
+@pytest.mark.parametrize("interrupt", ["resubmit", "continue"])
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("mode", ["async", "areal"])
+def test_a_virtual_run_is_a_function_of_its_config(tiny_model_dir: Path, tmp_path: Path,
+                                                   mode: str, k: int, interrupt: str,
+                                                   request: pytest.FixtureRequest):
+    cfg = virtual_config(tiny_model_dir, tmp_path, mode, k, interrupt=interrupt,
+                         staleness_control="filter")
+    first = run_mode(cfg, tmp_path / "first")
+    drops = first["samples"]["dropped_stale"] + first["samples"]["dropped_interrupted"]
+    assert drops > 0, "the test profile should make this run drop samples"
+    request.getfixturevalue("cpu_hog")  # the second run shares the machine with a hog
+    run_mode(cfg, tmp_path / "second")
+    assert records(tmp_path / "first") == records(tmp_path / "second")
+    assert first["clock"]["kind"] == "virtual" and first["clock"]["hardware"] == "test-run"
+
+
+def test_staleness_zero_with_admission_control_ends_in_syncs_state(tiny_model_dir: Path,
+                                                                    tmp_path: Path):
+    """At K = 0 with admission control, every asynchronous batch is sync's batch: the same
+    prompts, slots, draws and order, so the final weights agree bit for bit."""
+    states = {}
+    for mode in ("sync", "async", "areal"):
+        extra = {} if mode == "sync" else {"staleness_control": "both",
+                                           "interrupt": "continue"}
+        cfg = virtual_config(tiny_model_dir, tmp_path, mode, 0, **extra)
+        states[mode] = run_mode(cfg, tmp_path / mode)["reproducibility"]["state_digest"]
+    assert states["async"] == states["areal"] == states["sync"]
+
+
+def test_a_virtual_run_replays_bit_for_bit(tiny_model_dir: Path, tmp_path: Path):
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 1, interrupt="resubmit",
+                         staleness_control="filter")
+    run_mode(cfg, tmp_path / "run")
+    replay_run(tmp_path / "run", tmp_path / "replay")
+    a, b = (read_jsonl(d / "samples.jsonl") for d in (tmp_path / "run", tmp_path / "replay"))
+    assert [r["response_ids"] for r in a] == [r["response_ids"] for r in b]
+    assert [r["status"] for r in a] == [r["status"] for r in b]
+    s = [json.loads((d / "summary.json").read_text())["reproducibility"]["state_digest"]
+         for d in (tmp_path / "run", tmp_path / "replay")]
+    assert s[0] == s[1]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["clock"]["kind"] == "virtual"
+    assert config["hardware_profile"]["decode"] == RUN_PROFILE["decode"]
