@@ -124,6 +124,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from rlcore.measure.calibrate import calibrate, write_profile
+
+    cfg = load_config(args.config, args.set)
+    out = Path(args.out)
+    profile, report = calibrate(cfg, args.name or out.stem, args.repeats)
+    print(f"hardware profile {profile.name} on {profile.machine}\n{report}")
+    write_profile(profile, report, out)
+    print(f"-> {out}")
+    return 0
+
+
 def _smoke(args: argparse.Namespace) -> int:
     from rlcore.measure.smoke import RESULT_FILE, smoke, table
 
@@ -227,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--out", help="also write the figures to this JSON file")
     n.add_argument("--set", **overrides)
     n.set_defaults(func=_bench)
+
+    c = sub.add_parser("calibrate", help="time each cost term of the virtual clock on this "
+                       "machine for a config's model and devices, and write a hardware profile")
+    c.add_argument("config", help="run config (YAML or JSON)")
+    c.add_argument("--out", required=True, help="the profile to write (YAML)")
+    c.add_argument("--name", help="the profile's name (default: the file's stem)")
+    c.add_argument("--repeats", type=int, default=3, help="timings per size of each term")
+    c.add_argument("--set", **overrides)
+    c.set_defaults(func=_calibrate)
 
     m = sub.add_parser("smoke", help="a config end to end at its real model size, a few "
                        "updates per mode, then eval: time, memory and weight sync per mode")

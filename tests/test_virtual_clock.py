@@ -304,3 +304,28 @@ def test_a_virtual_run_replays_bit_for_bit(tiny_model_dir: Path, tmp_path: Path)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["clock"]["kind"] == "virtual"
     assert config["hardware_profile"]["decode"] == RUN_PROFILE["decode"]
+
+
+class TestCalibrate:
+    def test_nonnegative_least_squares_by_hand(self):
+        from rlcore.measure.calibrate import nonneg_lstsq
+
+        # y = 2 + 3x exactly: both coefficients found, no residual
+        fit = nonneg_lstsq([[1, 0], [1, 1], [1, 2]], [2, 5, 8])
+        assert fit.coef == pytest.approx((2, 3)) and fit.residual == pytest.approx(0, abs=1e-12)
+        # y falls with x: the free slope would be negative, so it is fixed at 0 and the
+        # intercept is the mean, 2
+        fit = nonneg_lstsq([[1, 0], [1, 1], [1, 2]], [3, 2, 1])
+        assert fit.coef == pytest.approx((2, 0))
+
+    def test_calibrate_writes_a_profile_that_loads(self, cfg: Any, tmp_path: Path):
+        from rlcore.measure.calibrate import calibrate, write_profile
+
+        profile, report = calibrate(cfg, "here", reps=1)
+        out = tmp_path / "here.yaml"
+        write_profile(profile, report, out)
+        loaded = load_profile(str(out))
+        assert loaded.name == "here" and "residual" in out.read_text()
+        # the sampler and the update were timed: their prices are positive
+        assert loaded.seconds(Decode(steps=1, rows=4, row_context=40)) > 0
+        assert loaded.seconds(Update(tokens=100)) > 0
