@@ -1,9 +1,12 @@
 """The run config: typed sections, their schema and reference, reading files and overrides.
 
-`RunConfig` and its sections live in `run.py`; the schema derived from them and the error
-messages in `schema.py`; YAML reading and `key=value` overrides in `files.py`.
+`RunConfig` and its sections live in `run.py`; building one from a mapping or a file, with
+the rules that cross fields, in `load.py`; the schema derived from them and the error messages
+in `schema.py`; YAML reading and `key=value` overrides in `files.py`.
 """
 
+from rlcore.config.files import read_config_file
+from rlcore.config.load import config_from_dict, load_config
 from rlcore.config.run import (
     MODES,
     BaseModelConfig,
@@ -16,10 +19,7 @@ from rlcore.config.run import (
     StalenessConfig,
     TaskConfig,
     TrainConfig,
-    config_from_dict,
     config_reference_markdown,
-    load_config,
-    read_config_file,
     run_config_schema,
 )
 from rlcore.errors import ConfigError

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import yaml
 
+from rlcore.clock.clock import WallClock
 from rlcore.clock.profile import (
     CommitCost,
     ControllerCost,
@@ -58,19 +59,13 @@ STEPS = 24  # decode steps per sampler, in chunks of CHUNK
 CHUNK = 4
 
 
-class StampClock:
+class StampClock(WallClock):
     """The wall clock, stamping each charged piece of work with the seconds since the last
     stamp (or `mark`)."""
-
-    virtual: bool = False
-    profile: HardwareProfile | None = None
 
     def __init__(self) -> None:
         self.stamps: list[tuple[Work, float]] = []
         self._t = time.perf_counter()
-
-    def now(self) -> float:
-        return time.monotonic()
 
     def mark(self) -> None:
         self._t = time.perf_counter()
@@ -79,9 +74,6 @@ class StampClock:
         t = time.perf_counter()
         self.stamps.append((work, t - self._t))
         self._t = t
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "wall", "hardware": None, "profile_digest": None, "charged_s": None}
 
     def take(self) -> list[tuple[Work, float]]:
         out, self.stamps = self.stamps, []

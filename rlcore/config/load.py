@@ -1,0 +1,93 @@
+"""Building a `RunConfig` from a mapping or a file: validate against the schema, apply the
+rules that cross fields, and refuse a bad config with a message naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlcore.config.files import apply_overrides, read_config_file
+from rlcore.config.run import RunConfig, run_config_schema
+from rlcore.config.schema import validation_errors
+from rlcore.errors import ConfigError
+
+
+def _validate_semantics(cfg: RunConfig) -> None:
+    """Rules that cross fields and so cannot live in the schema."""
+    t = cfg.train
+    if t.update_batch_size % cfg.rollout.group_size:
+        raise ConfigError(
+            f"train.update_batch_size ({t.update_batch_size}) must be a multiple of "
+            f"rollout.group_size ({cfg.rollout.group_size})"
+        )
+    if t.update_batch_size % t.minibatches:
+        raise ConfigError(
+            f"train.update_batch_size ({t.update_batch_size}) must be divisible by "
+            f"train.minibatches ({t.minibatches})"
+        )
+    smallest = t.update_batch_size - cfg.rollout.group_size + 1  # of whole groups
+    if cfg.mode != "sync" and t.minibatches > smallest:
+        raise ConfigError(
+            f"train.minibatches ({t.minibatches}) is more than the smallest batch of whole "
+            f"groups ({smallest} = update_batch_size - group_size + 1) mode '{cfg.mode}' "
+            "may train: a minibatch would be empty"
+        )
+    if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
+        raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
+    knobs = [k for k in ("clip_eps_high", "dual_clip", "behav_weight_cap")
+             if getattr(t, k) is not None]
+    if t.objective == "pg" and knobs:
+        raise ConfigError(f"train.{knobs[0]} corrects a clipped ratio; train.objective 'pg' "
+                          "has none: choose behav_clip, decoupled or a3po, or unset it")
+    if t.objective == "behav_clip" and t.behav_weight_cap is not None:
+        raise ConfigError("train.behav_weight_cap caps pi_prox/pi_behav, which is 1 for "
+                          "behav_clip (its proximal policy is the behaviour policy): choose "
+                          "decoupled or a3po, or unset it")
+    if t.behav_weight_mode != "mask" and t.behav_weight_cap is None:
+        raise ConfigError(f"train.behav_weight_mode '{t.behav_weight_mode}' needs "
+                          "train.behav_weight_cap: set the cap, or leave the mode at 'mask'")
+    if cfg.mode == "sync" and cfg.staleness.staleness_k != 0:
+        raise ConfigError(
+            f"mode 'sync' is on-policy: staleness.staleness_k must be 0, got "
+            f"{cfg.staleness.staleness_k}"
+        )
+
+
+def _coerce(tp: Any, value: Any) -> Any:
+    """Schema-valid data into the field's Python type (the schema has already checked it)."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _build(tp, value)
+    if typing.get_origin(tp) is tuple:
+        return tuple(value)
+    if tp is int and isinstance(value, float):
+        return int(value)  # JSON Schema counts 4.0 as an integer; Python's range() does not
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {f.name: _coerce(hints[f.name], data[f.name])
+              for f in dataclasses.fields(cls) if f.name in data}
+    return cls(**kwargs)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """Validate a (possibly partial) mapping and return the full config with defaults filled."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"a config must be a mapping of keys to values, got {type(data).__name__}"
+        )
+    errors = validation_errors(run_config_schema(), data)
+    if errors:
+        raise ConfigError("; ".join(errors))
+    cfg = _build(RunConfig, data)
+    _validate_semantics(cfg)
+    return cfg
+
+
+def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> RunConfig:
+    """Load, override and validate a config file: the one entry point used by the CLI."""
+    return config_from_dict(apply_overrides(read_config_file(path), overrides))
