@@ -136,6 +136,42 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from rlcore.plan.lengths import empirical, fitted, geometric
+    from rlcore.plan.planner import plan, sweep_values, table, workload
+
+    base = [*args.set, *([f"runtime.hardware={args.hardware}"] if args.hardware else [])]
+    key, values = sweep_values(args.sweep) if args.sweep else ("mode", [None])
+    cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))
+            for v in values]
+    max_new = cfgs[0].rollout.max_new_tokens
+    if (args.fit or args.as_recorded) and not args.lengths:
+        raise ConfigError("--fit and --as-recorded read a run's lengths: give --lengths RUN_DIR")
+    lengths = (fitted(args.lengths, max_new) if args.fit else
+               empirical(args.lengths, as_recorded=args.as_recorded)) \
+        if args.lengths else geometric(args.mean_tokens, max_new, "given: geometric, mean "
+                                       f"{args.mean_tokens:g} tokens") \
+        if args.mean_tokens else None
+    works: dict[str, Any] = {}
+    plans = []
+    for cfg, value in zip(cfgs, values, strict=True):
+        # the prompts and the model are read once unless the sweep changes them
+        k = repr((cfg.task, cfg.model, cfg.rollout.max_new_tokens))
+        if k not in works:
+            works[k] = workload(cfg, lengths)
+        plans.append({key: value if value is not None else cfg.mode,
+                      **plan(cfg, works[k])})
+    first = plans[0]
+    print(f"{args.config} on {first['hardware']}, {cfgs[0].train.updates} updates; "
+          f"response lengths {first['lengths']}")
+    print(table(plans, key))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(plans, indent=1) + "\n")
+        print(f"plans: {args.out}")
+    return 0
+
+
 def _smoke(args: argparse.Namespace) -> int:
     from rlcore.measure.smoke import RESULT_FILE, smoke, table
 
@@ -248,6 +284,26 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--repeats", type=int, default=3, help="timings per size of each term")
     c.add_argument("--set", **overrides)
     c.set_defaults(func=_calibrate)
+
+    pl = sub.add_parser("plan", help="what a config would do on a hardware profile, without "
+                        "a model: updates/s, drops, staleness, speed-up over sync")
+    pl.add_argument("config", help="run config (YAML or JSON)")
+    pl.add_argument("--hardware", help="profile name or path (default: runtime.hardware)")
+    pl.add_argument("--sweep", metavar="KEY=V1,V2,...",
+                    help="one plan per value, e.g. staleness.staleness_k=0,1,2,4,8")
+    pl.add_argument("--lengths", metavar="RUN_DIR",
+                    help="draw response lengths from a finished run's samples")
+    pl.add_argument("--fit", action="store_true",
+                    help="with --lengths: a geometric fit to that run's mean length instead")
+    pl.add_argument("--as-recorded", action="store_true",
+                    help="with --lengths: each attempt that run recorded keeps its length "
+                         "(checks the planner against the run)")
+    pl.add_argument("--mean-tokens", type=float,
+                    help="a geometric length distribution with this mean (default: half of "
+                         "rollout.max_new_tokens)")
+    pl.add_argument("--out", help="write the plans here (JSON)")
+    pl.add_argument("--set", **overrides)
+    pl.set_defaults(func=_plan)
 
     m = sub.add_parser("smoke", help="a config end to end at its real model size, a few "
                        "updates per mode, then eval: time, memory and weight sync per mode")

@@ -6,8 +6,8 @@ packages, not lists of modules, so a new or moved module is counted without an e
   base      what `rlcore build-base` runs: `config/`, `clock/`, `tasks/`, `policy/` and the
             command;
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
-            the packages that only read finished runs (`analysis/`) or measure them
-            (`measure/`): the runs and the replays;
+            the packages that only read finished runs (`analysis/`), measure them
+            (`measure/`) or predict them (`plan/`): the runs and the replays;
   analysis  `rlcore/analysis/`: the tables and figures, with the rule's own script.
 What analysis imports from below it (`algo/`, `record/`, `config/`) is runtime code, whose
 edits rerun the runs that every table and figure takes as input. `tests/test_code_digest.py`
@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = "rlcore"
-NOT_RUNTIME = ("analysis", "measure")  # packages no run, replay or base-model job imports
+# packages no run, replay or base-model job imports
+NOT_RUNTIME = ("analysis", "measure", "plan")
 # The command and the packages that building the base model imports.
 BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "config", "clock", "tasks",
         "policy")

@@ -21,6 +21,7 @@ LAYERS = (
     "rlcore.evaluation",
     "rlcore.runners",
     "rlcore.replay",
+    "rlcore.plan",
     "rlcore.analysis",
     "rlcore.measure",
     "rlcore.cli",

@@ -117,6 +117,16 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, *, chat: bool) -> list[int]:
+    """A prompt's token ids as the policy samples from them (chat-templated when `chat`)."""
+    if chat:
+        return list(tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True,
+            tokenize=True, return_dict=False,
+        ))
+    return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
 def _padded_tokens(batch: TrainBatch) -> int:
     """Rows x width of the batch's prompt + response tensor, as a forward pass sees it."""
     return len(batch) * max(len(p) + len(r) for p, r in
@@ -166,13 +176,7 @@ class HFPolicy:
         prompt is encoded once per group member and per resubmission otherwise."""
         ids = self._encoded.get(prompt)
         if ids is None:
-            if self.chat:
-                ids = list(self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}], add_generation_prompt=True,
-                    tokenize=True, return_dict=False,
-                ))
-            else:
-                ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            ids = encode_prompt(self.tokenizer, prompt, chat=self.chat)
             if len(self._encoded) < ENCODED_PROMPTS:
                 self._encoded[prompt] = ids
         return list(ids)

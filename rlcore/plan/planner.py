@@ -1,0 +1,197 @@
+"""`rlcore plan`: what a run of a config would do on a hardware profile, without a model.
+
+The planner runs the asynchronous roles' twins (`roles.py`) on the virtual clock, priced by
+the profile, with response lengths drawn from `lengths.py`; sync's time is the sum of the
+same prices in sync's order (`rlcore/runners/sync.py`). It reports the figures of
+`rlcore/record/timing.py`, plus the speed-up over sync and each role's idle time: enough to
+ask "would async help on this hardware, and at which K?" before a GPU hour is spent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from rlcore.clock.profile import HardwareProfile, load_profile
+from rlcore.clock.virtual import VirtualClock
+from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
+from rlcore.config import RunConfig
+from rlcore.errors import ConfigError
+from rlcore.plan.lengths import Lengths, geometric
+from rlcore.plan.roles import (
+    LengthSampler,
+    Plan,
+    PlanController,
+    param_service_role,
+    rollout_role,
+    trainer_role,
+    update_tokens,
+)
+from rlcore.record.timing import stale_drop_rate, wasted_token_share
+from rlcore.tasks.prompts import PromptStream
+from rlcore.tasks.suites import Task
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a plan draws its work from: the training prompts, their token counts, and the
+    response lengths."""
+
+    tasks: list[Task]
+    prompt_tokens: dict[str, int]
+    lengths: Lengths
+    trainable_bytes: int  # of the config's model: a weight copy's size unless the profile sets it
+
+
+def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
+    """The config's training prompts tokenized by its model's tokenizer, and `lengths` (by
+    default a geometric distribution with half of `rollout.max_new_tokens` as its mean)."""
+    from rlcore.policy.hf_policy import encode_prompt, load_tokenizer
+    from rlcore.policy.model_dir import check_model_dir
+    from rlcore.runners.asynchronous.weight_slots import spec_bytes, trainable_spec
+    from rlcore.tasks.suites import load_suite
+
+    path = check_model_dir(cfg.model.path)
+    tasks = load_suite(cfg.task).split("train")
+    tokenizer = load_tokenizer(path)
+    chat = cfg.model.prompt_format == "chat"
+    prompt_tokens = {t.prompt: len(encode_prompt(tokenizer, t.prompt, chat=chat))
+                     for t in tasks}
+    max_new = cfg.rollout.max_new_tokens
+    if lengths is None:
+        lengths = geometric(max(1.0, max_new / 2), max_new,
+                            f"assumed: geometric, mean {max(1.0, max_new / 2):g} tokens "
+                            "(give --lengths RUN_DIR for measured ones)")
+    return Workload(tasks, prompt_tokens, lengths.capped(max_new),
+                    spec_bytes(trainable_spec(str(path))))
+
+
+def weight_bytes(profile: HardwareProfile, work: Workload) -> int:
+    return profile.model_bytes if profile.model_bytes is not None else work.trainable_bytes
+
+
+def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[str, Any]:
+    """Sync's seconds and tokens for `cfg.train.updates` updates: generate, score, train, in
+    turn, as `sync_train` does, each step at its price."""
+    total = {"s": 0.0}
+
+    def charge(w: Work) -> None:
+        total["s"] += profile.seconds(w)
+
+    ro, b = cfg.rollout, cfg.train.update_batch_size
+    stream = PromptStream(work.tasks, cfg.seed)
+    sampled = trained = 0
+    for version in range(cfg.train.updates):
+        prompts = [p for p in stream.take(b // ro.group_size) for _ in range(ro.group_size)]
+        slots = range(version * len(prompts), (version + 1) * len(prompts))
+        sampler = LengthSampler(charge, [work.prompt_tokens[p.task.prompt] for p in prompts],
+                                [work.lengths.draw(cfg.seed, s, 0) for s in slots],
+                                ro.max_new_tokens)
+        while not sampler.done:
+            sampled += sampler.step(ro.chunk_tokens)
+        for p in prompts:
+            charge(Reward(kind="code" if p.task.kind == "code" else "answer"))
+        charge(Handle(samples=len(prompts)))
+        lengths = [work.prompt_tokens[p.task.prompt] + sampler.tokens(i)
+                   for i, p in enumerate(prompts)]
+        if cfg.train.objective == "decoupled":
+            charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
+        charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches)))
+        trained += sum(sampler.tokens(i) for i in range(len(prompts)))
+    wall = total["s"]
+    return {"wall_s": wall, "updates_per_s": cfg.train.updates / wall if wall else 0.0,
+            "accepted_samples_per_s": cfg.train.updates * b / wall if wall else 0.0,
+            "tokens_generated": sampled, "tokens_trained": trained}
+
+
+def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[str, Any]:
+    """An asynchronous run of `cfg` (areal or async mode) on the virtual clock."""
+    clock = VirtualClock(profile, shared_interpreter=cfg.mode == "async")
+    p = Plan(cfg, clock, profile, work.tasks, work.prompt_tokens, work.lengths,
+             weight_bytes(profile, work))
+    controller = PlanController(p)
+    # the live runtime's launch order, which the clock's tie-break follows
+    clock.start("param_service", partial(param_service_role, p))
+    for i in range(cfg.runtime.rollout_workers):
+        clock.start(f"rollout{i}", partial(rollout_role, p, i))
+    for i in range(cfg.runtime.trainer_workers):
+        clock.start(f"trainer{i}", partial(trainer_role, p, i))
+    try:
+        wall = controller.drive()
+        controller.stop()
+    finally:
+        clock.close()
+    t = p.tally
+    accepted = t.accepted + controller.unsettled()
+    samples = len(accepted) + t.dropped_stale + t.dropped_interrupted
+    roles = sorted(t.busy_s)
+    return {
+        "wall_s": wall,
+        "updates_per_s": cfg.train.updates / wall if wall else 0.0,
+        "accepted_samples_per_s": len(accepted) / wall if wall else 0.0,
+        "stale_drop_rate": stale_drop_rate(samples, t.dropped_stale, t.dropped_interrupted),
+        "wasted_token_share": wasted_token_share(t.tokens_sampled, t.tokens_trained),
+        "staleness": {str(k): n for k, n in sorted(Counter(accepted).items())},
+        "samples": {"generated": samples, "accepted": len(accepted),
+                    "dropped_stale": t.dropped_stale,
+                    "dropped_interrupted": t.dropped_interrupted,
+                    "resubmissions": t.resubmissions},
+        "skipped_commits": t.skipped_commits,
+        "tokens_generated": t.tokens_sampled,
+        "tokens_trained": t.tokens_trained,
+        "tokens_reprefilled": t.tokens_reprefilled,
+        "idle_s": {r: max(0.0, wall - t.busy_s[r]) for r in roles if r != "controller"},
+        "charged_s": {k: clock.charged[k] for k in sorted(clock.charged)},
+        "waits": controller.waits,
+    }
+
+
+def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
+         ) -> dict[str, Any]:
+    """A plan of `cfg` on `profile` (default: `runtime.hardware`): the async figures (sync's
+    for a sync config), with sync's time beside them and the planner's own seconds."""
+    t0 = time.perf_counter()
+    profile = profile or load_profile(cfg.runtime.hardware)
+    sync = plan_sync(cfg, work, profile)
+    if cfg.mode == "sync":
+        out = {**sync, "stale_drop_rate": 0.0,
+               "wasted_token_share": wasted_token_share(sync["tokens_generated"],
+                                                        sync["tokens_trained"]),
+               "staleness": {"0": cfg.train.updates * cfg.train.update_batch_size}}
+    else:
+        out = plan_async(cfg, work, profile)
+    return {"mode": cfg.mode, "hardware": profile.name, "lengths": work.lengths.source,
+            **out, "sync_wall_s": sync["wall_s"],
+            "speedup_vs_sync": sync["wall_s"] / out["wall_s"] if out["wall_s"] else 0.0,
+            "plan_s": time.perf_counter() - t0}
+
+
+def sweep_values(spec: str) -> tuple[str, list[str]]:
+    """`key=v1,v2,...` -> (key, values)."""
+    key, sep, values = spec.partition("=")
+    if not sep or not key or not values:
+        raise ConfigError(f"--sweep {spec!r}: write it as key=v1,v2,... "
+                          "(e.g. staleness.staleness_k=0,1,2,4,8)")
+    return key, [v for v in values.split(",") if v]
+
+
+def table(plans: list[dict[str, Any]], label: str) -> str:
+    """The plans as a text table, one row each, labelled by the `label` entry."""
+    head = (f"{label:>14} {'updates/s':>10} {'accepted/s':>11} {'vs sync':>8} "
+            f"{'drop rate':>10} {'wasted tok':>11} {'staleness (share by K)':<26} "
+            f"{'idle: rollout/trainer s':>24} {'plan s':>7}")
+    lines = [head]
+    for r in plans:
+        n = sum(r["staleness"].values()) or 1
+        hist = " ".join(f"{k}:{v / n:.2f}" for k, v in r["staleness"].items())
+        idle = r.get("idle_s", {})
+        idle_txt = "/".join(f"{sum(v for k, v in idle.items() if k.startswith(role)):.2f}"
+                            for role in ("rollout", "trainer")) if idle else "-"
+        lines.append(f"{str(r[label]):>14} {r['updates_per_s']:>10.2f} "
+                     f"{r['accepted_samples_per_s']:>11.1f} {r['speedup_vs_sync']:>7.2f}x "
+                     f"{r['stale_drop_rate']:>10.3f} {r['wasted_token_share']:>11.3f} "
+                     f"{hist:<26} {idle_txt:>24} {r['plan_s']:>7.3f}")
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""The planner (`rlcore plan`): length distributions by hand, the model-free sampler's
+prices by hand, and the planner's roles against the live roles on the virtual clock: given
+the lengths a virtual run sampled, a plan must reproduce that run's schedule exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlcore.cli import main
+from rlcore.clock.work import Decode, Prefill, Work
+from rlcore.config import config_from_dict
+from rlcore.errors import ConfigError
+from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
+from rlcore.plan.planner import plan, workload
+from rlcore.plan.roles import LengthSampler, update_tokens
+from rlcore.record.timing import run_timing, stale_drop_rate, total_variation
+from rlcore.runners import run_mode
+from tests.test_virtual_clock import virtual_config
+
+
+def write_samples(run: Path, rows: list[dict[str, Any]]) -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def row(slot: int, attempt: int, tokens: int, finished: bool, status: str = "accepted"
+        ) -> dict[str, Any]:
+    return {"slot": slot, "attempt": attempt, "response_tokens": tokens, "finished": finished,
+            "status": status}
+
+
+class TestLengths:
+    def test_geometric_fit_by_hand(self):
+        # max 2 tokens: P(1) = p, P(2, finished) = p(1-p), P(2, cut) = (1-p)^2;
+        # mean = p + 2(1-p) = 2 - p, so a mean of 1.5 needs p = 0.5
+        g = geometric(1.5, 2, "test")
+        dist = dict(zip(g.values, (w / sum(g.weights) for w in g.weights), strict=True))
+        assert dist == pytest.approx({(1, True): 0.5, (2, True): 0.25, (2, False): 0.25})
+        assert g.mean == pytest.approx(1.5)
+
+    def test_a_mean_outside_the_cap_is_refused(self):
+        with pytest.raises(ConfigError, match="outside 1..4"):
+            geometric(5, 4, "test")
+
+    def test_empirical_leaves_out_interrupted_attempts(self, tmp_path: Path):
+        run = write_samples(tmp_path, [row(0, 0, 3, True), row(1, 0, 3, True),
+                                       row(2, 0, 6, False), row(3, 0, 1, False,
+                                                                "dropped_interrupted")])
+        e = empirical(run)
+        assert dict(zip(e.values, e.weights, strict=True)) == {(3, True): 2.0, (6, False): 1.0}
+        assert e.mean == pytest.approx(4.0)
+        assert fitted(run, 6).mean == pytest.approx(4.0, abs=1e-6)
+
+    def test_draws_are_a_function_of_seed_slot_and_attempt(self):
+        g = geometric(3, 8, "test")
+        draws = [g.draw(0, s, a) for s in range(50) for a in range(2)]
+        assert draws == [g.draw(0, s, a) for s in range(50) for a in range(2)]
+        assert len(set(draws)) > 3  # and they vary
+
+    def test_as_recorded_draws_each_recorded_attempt_as_it_was(self, tmp_path: Path):
+        run = write_samples(tmp_path, [row(5, 1, 2, True), row(6, 0, 4, False)])
+        e = empirical(run, as_recorded=True)
+        assert e.draw(0, 5, 1) == (2, True) and e.draw(123, 6, 0) == (4, False)
+        capped = e.capped(3)  # a cap below a recorded length cuts it, unfinished
+        assert capped.draw(0, 6, 0) == (3, False) and capped.values == ((2, True), (3, False))
+
+    def test_a_run_without_samples_is_named(self, tmp_path: Path):
+        with pytest.raises(ConfigError, match="no samples.jsonl"):
+            empirical(tmp_path)
+        (tmp_path / "samples.jsonl").write_text('{"slot": 0}\n')
+        with pytest.raises(ConfigError, match="line 1"):
+            empirical(tmp_path)
+
+    def test_no_weight_is_refused(self):
+        with pytest.raises(ValueError, match="no values"):
+            Lengths("x", (), ())
+
+
+class TestLengthSampler:
+    def test_prices_by_hand(self):
+        charged: list[Work] = []
+        # prompts of 3 and 5 tokens (left-padded to 5); row 0 stops after 1 token, row 1
+        # runs to the cap of 3
+        s = LengthSampler(charged.append, [3, 5], [(1, True), (3, False)], 3)
+        assert charged == [Prefill(calls=1, tokens=10)]
+        # step 1: both rows sample; forward over 2 rows x (5 + 1) positions. Step 2: row 1
+        # only; forward over 2 rows x 7 positions
+        assert s.step(2) == 3
+        assert charged[-1] == Decode(steps=2, rows=4, row_context=26)
+        assert s.finished(0) and not s.finished(1) and not s.done
+        # step 3 reaches the cap: no forward pass after the last token
+        assert s.step(2) == 1
+        assert charged[-1] == Decode(steps=1, rows=0, row_context=0)
+        assert s.done and s.tokens(0) == 1 and s.tokens(1) == 3 and not s.finished(1)
+        assert s.step(2) == 0  # done: nothing more is charged
+        s.reprefill()
+        assert charged[-1] == Prefill(calls=1, tokens=2 * (5 + 3))
+
+    def test_update_tokens_split_like_the_policy(self):
+        # 5 rows in 2 minibatches: rows 0-1 and 2-4, each padded to its own longest row
+        assert update_tokens([4, 9, 2, 3, 7], 2) == 2 * 9 + 3 * 7
+        assert update_tokens([4, 9, 2], 1) == 3 * 9
+
+
+class TestTiming:
+    def test_figures_by_hand(self):
+        assert stale_drop_rate(20, 3, 2) == 0.25
+        assert total_variation({"0": 1, "1": 3}, {"1": 1}) == pytest.approx(0.25)
+        assert total_variation({"2": 5}, {"2": 1}) == 0.0
+
+
+@pytest.mark.parametrize("mode,k", [("areal", 1), ("areal", 2), ("async", 2)])
+def test_a_plan_with_the_runs_lengths_reproduces_its_schedule(tiny_model_dir: Path,
+                                                              tmp_path: Path, mode: str, k: int):
+    """Under `interrupt: continue` no attempt is cut, so every length the run sampled is
+    known: the planner's roles must then make every decision the live roles made, at the
+    same virtual times."""
+    cfg = virtual_config(tiny_model_dir, tmp_path, mode, k, interrupt="continue",
+                         staleness_control="filter")
+    cfg = config_from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"],
+                                                       "updates": 12}})
+    summary = run_mode(cfg, tmp_path / "run")
+    assert summary["samples"]["dropped_stale"] > 0, "the test profile should drop samples"
+    p = plan(cfg, workload(cfg, empirical(tmp_path / "run", as_recorded=True)))
+    measured = run_timing(summary, json.loads((tmp_path / "run/staleness.json").read_text()))
+    assert p["wall_s"] == measured["wall_s"]
+    assert p["staleness"] == measured["staleness"]
+    s = summary["samples"]
+    assert (p["samples"]["accepted"], p["samples"]["dropped_stale"]) == \
+        (s["accepted"], s["dropped_stale"])
+    assert p["tokens_trained"] == summary["tokens"]["trained"]
+    assert p["tokens_reprefilled"] == summary["tokens"]["reprefilled"]
+
+
+def test_a_sync_plan_prices_a_sync_run(tiny_model_dir: Path, tmp_path: Path):
+    cfg = virtual_config(tiny_model_dir, tmp_path, "sync", 0)
+    summary = run_mode(cfg, tmp_path / "run")
+    p = plan(cfg, workload(cfg, empirical(tmp_path / "run", as_recorded=True)))
+    assert p["wall_s"] == pytest.approx(summary["time"]["wall_s"], rel=1e-9)
+    assert p["speedup_vs_sync"] == 1.0
+
+
+def test_staleness_zero_with_admission_control_plans_no_drop(tiny_model_dir: Path,
+                                                             tmp_path: Path):
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 0, interrupt="continue",
+                         staleness_control="both")
+    p = plan(cfg, workload(cfg))
+    assert set(p["staleness"]) == {"0"} and p["stale_drop_rate"] == 0.0
+    assert p["samples"]["accepted"] == cfg.train.updates * cfg.train.update_batch_size
+
+
+def test_cli_sweeps_and_writes_the_plans(tiny_model_dir: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]):
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 1, interrupt="resubmit",
+                         staleness_control="filter")
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg.to_dict()))
+    out = tmp_path / "plans.json"
+    assert main(["plan", str(path), "--sweep", "staleness.staleness_k=0,2",
+                 "--mean-tokens", "3", "--out", str(out)]) == 0
+    plans = json.loads(out.read_text())
+    assert [p["staleness.staleness_k"] for p in plans] == ["0", "2"]
+    assert max(int(k) for k in plans[1]["staleness"]) <= 2
+    text = capsys.readouterr().out
+    assert "given: geometric, mean 3" in text and "updates/s" in text
+    assert main(["plan", str(path), "--sweep", "staleness.staleness_k"]) == 2
+    assert "key=v1,v2" in capsys.readouterr().err
+    assert main(["plan", str(path), "--fit"]) == 2
+    assert "give --lengths RUN_DIR" in capsys.readouterr().err
