@@ -104,11 +104,22 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rlcore.measure.bench import bench, bench_replay, bench_sandbox
+    from rlcore.measure.bench import bench, bench_replay, bench_sandbox, bench_virtual
     from rlcore.record.rundir import atomic_write_json
 
     cfg = load_config(args.config, args.set)
-    if args.sandbox:
+    if args.virtual:
+        from rlcore.plan.planner import sweep_values
+        from rlcore.runners.asynchronous import forkserver
+
+        forkserver.context()
+        key, values = sweep_values(args.sweep) if args.sweep else ("mode", [cfg.mode])
+        cfgs = [(f"{key}={v}", load_config(args.config, [*args.set, f"{key}={v}"]))
+                for v in values]
+        result = bench_virtual(cfgs, args.updates, args.repeats)
+    elif args.sweep:
+        raise ConfigError("--sweep goes with --virtual")
+    elif args.sandbox:
         result = bench_sandbox(cfg, args.sandbox)
     elif args.replay:
         if cfg.mode == "areal":
@@ -272,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--replay", action="store_true",
                    help="instead: a live run of CONFIG against its verification replay, "
                         "--repeats times, interleaved (`rlcore replay`'s speed)")
+    n.add_argument("--virtual", action="store_true",
+                   help="instead: live runs of CONFIG against its virtual runs and its plan "
+                        "(runtime.hardware), --repeats times, interleaved: the virtual "
+                        "clock's and the planner's errors, and a virtual run's cost")
+    n.add_argument("--sweep", metavar="KEY=V1,V2,...",
+                   help="with --virtual: one config per value, e.g. staleness.staleness_k=1,2")
     n.add_argument("--out", help="also write the figures to this JSON file")
     n.add_argument("--set", **overrides)
     n.set_defaults(func=_bench)

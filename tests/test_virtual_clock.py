@@ -20,6 +20,7 @@ from rlcore.clock.profile import (
     CommitCost,
     ControllerCost,
     CopyCost,
+    CpuCost,
     DecodeCost,
     HardwareProfile,
     RewardCost,
@@ -41,7 +42,8 @@ def profile(**terms: Any) -> HardwareProfile:
         name="test", machine="none", source="by hand", model_bytes=None,
         decode=DecodeCost(0, 0, 0, 1), prefill=TokenCost(0, 0, 1), update=TokenCost(0, 0, 1),
         weight_write=CopyCost(0, 1, 1), weight_read=CopyCost(0, 1, 1),
-        reward=RewardCost(0, 0, 1), controller=ControllerCost(0, 0), commit=CommitCost(0))
+        reward=RewardCost(0, 0, 1), controller=ControllerCost(0, 0), commit=CommitCost(0),
+        cpu=CpuCost(None, 0.0))
     return dataclasses.replace(base, **terms)
 
 
@@ -195,6 +197,32 @@ class TestScheduler:
         run_roles(clock, {"a": fn, "b": fn})
         assert out == [2, 3]  # b waits for a's held second, then takes its own two
 
+    @pytest.mark.parametrize("cpu,ends", [
+        # one core: both at half speed from 0.5 s; a's last 0.5 s take 1 s (ends 1.5), then
+        # b's last 0.5 s run alone (2.0)
+        (CpuCost(cores=1, concurrent_slowdown=0.0), {"a": 1.5, "b": 2.0}),
+        # two cores, each 1.5 times slower while both compute: a's last 0.5 s take 0.75 s
+        # (1.25); b has done 0.5 s by then and runs its rest alone (1.75)
+        (CpuCost(cores=2, concurrent_slowdown=0.5), {"a": 1.25, "b": 1.75}),
+        # three cores, no slowdown: nothing is shared
+        (CpuCost(cores=3, concurrent_slowdown=0.0), {"a": 1.0, "b": 1.5}),
+    ])
+    def test_computations_share_the_cores(self, cpu: CpuCost, ends: dict[str, float]):
+        clock = VirtualClock(dataclasses.replace(SECONDS, cpu=cpu))
+        out: dict[str, float] = {}
+
+        def a() -> None:
+            clock.charge(Update(tokens=1))
+            out["a"] = clock.now()
+
+        def b_late() -> None:  # starts its second of work at 0.5 s
+            VirtualFlag(clock).wait(timeout=0.5)
+            clock.charge(Update(tokens=1))
+            out["b"] = clock.now()
+
+        run_roles(clock, {"a": a, "b": b_late})
+        assert out == pytest.approx(ends)
+
     def test_every_role_blocked_forever_is_a_deadlock(self):
         clock = VirtualClock(SECONDS)
         q = VirtualQueue(clock)
@@ -225,6 +253,7 @@ RUN_PROFILE = {
     "reward": {"answer_s": 1e-5, "code_s": 0.05, "gil_share": 1.0},
     "controller": {"message_s": 1e-4, "per_sample_s": 2e-5},
     "commit": {"call_s": 1e-5},
+    "cpu": {"cores": None, "concurrent_slowdown": 0.0},
 }
 
 

@@ -79,6 +79,17 @@ class CommitCost:
 
 
 @dataclasses.dataclass(frozen=True)
+class CpuCost:
+    cores: int | None = _f("processors the roles' computations share (each of n computing at "
+                           "once gets min(1, cores / n) of one); null: each role has its own, "
+                           "as with a GPU per role", minimum=1)
+    concurrent_slowdown: float = _f(
+        "how much each computation slows while k run at once on the shared processors "
+        "(memory bandwidth, caches, sibling hyperthreads): speed 1 / (1 + s (k - 1))",
+        minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class HardwareProfile:
     """Seconds per unit of work for each role's computations on one machine and model."""
 
@@ -97,6 +108,8 @@ class HardwareProfile:
     reward: RewardCost = _f("controller: scoring one response (`work.py::Reward`)")
     controller: ControllerCost = _f("controller: handling one message (`work.py::Handle`)")
     commit: CommitCost = _f("parameter service: deciding one commit (`work.py::Commit`)")
+    cpu: CpuCost = _f("what the roles' computations share; not applied under the threaded "
+                      "baseline, whose roles share the interpreter lock instead (`gil_share`)")
 
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware."""

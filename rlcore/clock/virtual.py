@@ -65,6 +65,12 @@ class VirtualClock:
         self.shared_interpreter = shared_interpreter
         self._now = 0.0
         self._gil_free = 0.0  # when the shared interpreter lock is next free
+        # Shared processors (`profile.cpu`): the roles computing now, with the seconds of
+        # work each has left at full speed, as of `_busy_at`.
+        self._sharing = not shared_interpreter and (
+            profile.cpu.cores is not None or profile.cpu.concurrent_slowdown > 0)
+        self._busy: dict[_Role, float] = {}
+        self._busy_at = 0.0
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -92,6 +98,13 @@ class VirtualClock:
         if self.closed or seconds <= 0:
             return
         me, start = self._me(), self._now
+        if self._sharing:
+            with self._lock:
+                self._progress()
+                self._busy[me] = seconds
+                self._rewake()
+            self._switch(me)
+            return
         if self.shared_interpreter:
             held = seconds * self._costs.gil_share(work)
             if held > 0:  # wait for the interpreter, then hold it for this share
@@ -178,6 +191,38 @@ class VirtualClock:
                                "this virtual clock: only roles may wait or be charged")
         return role
 
+    def _speed(self, n: int) -> float:
+        """The speed of each of n computations at once: a share of the cores, slowed by
+        what the cores share (`CpuCost`)."""
+        cpu = self._costs.cpu
+        running = n if cpu.cores is None else min(n, cpu.cores)
+        return running / n / (1 + cpu.concurrent_slowdown * (running - 1))
+
+    def _progress(self) -> None:
+        """Count the work done by the computing roles since `_busy_at` (under the lock)."""
+        if self._busy and self._now > self._busy_at:
+            done = (self._now - self._busy_at) * self._speed(len(self._busy))
+            for role in self._busy:
+                self._busy[role] -= done
+        self._busy_at = self._now
+
+    def _rewake(self) -> None:
+        """Each computing role's end at the current speed, which changes whenever a
+        computation starts or ends (under the lock)."""
+        speed = self._speed(len(self._busy)) if self._busy else 1.0
+        for role, left in self._busy.items():
+            self._set_wake(role, self._now + max(0.0, left) / speed)
+
+    def _resume(self, role: _Role) -> None:
+        """`role` runs again: time moves to its wake-up; a computation of its has ended."""
+        assert role.wake is not None
+        self._now = max(self._now, role.wake)
+        role.wake, role.waiting = None, None
+        if role in self._busy:
+            self._progress()
+            del self._busy[role]
+            self._rewake()
+
     def _set_wake(self, role: _Role, t: float) -> None:
         role.wake, role.seq = t, next(self._seq)
 
@@ -187,9 +232,7 @@ class VirtualClock:
 
     def _hand(self, role: _Role) -> None:
         """Give `role` the baton (under the lock)."""
-        assert role.wake is not None
-        self._now = max(self._now, role.wake)
-        role.wake, role.waiting = None, None
+        self._resume(role)
         role.baton.set()
 
     def _switch(self, me: _Role) -> None:
@@ -200,8 +243,7 @@ class VirtualClock:
                 nxt = self._next()
             assert nxt is not None
             if nxt is me:
-                self._now = max(self._now, me.wake or self._now)
-                me.wake, me.waiting = None, None
+                self._resume(me)
                 return
             me.baton.clear()
             self._hand(nxt)

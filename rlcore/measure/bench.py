@@ -1,6 +1,7 @@
 """`rlcore bench`: what the runtime costs and what overlap it achieves, measured.
 
-Three measurements, each on the config given:
+Three measurements, each on the config given (and, with `--virtual`, a fourth:
+`bench_virtual`, live runs against virtual runs and plans of the same configs):
   * modes: sync, threaded async and AReaL-style run the same number of updates side by side,
     `repeats` times. The ideal speed-up of an overlapped runner over sync is
     (T_gen + T_train) / max(T_gen, T_train), from the sync run's own phase times; overlap
@@ -15,10 +16,12 @@ Timed on whatever else the machine is doing, so run it alone.
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 import tempfile
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 
@@ -251,3 +254,89 @@ def bench_sandbox(cfg: RunConfig, evaluations: int) -> dict[str, Any]:
     return {"evaluations": evaluations, "workers": cfg.reward.workers,
             "passed": sum(r["pass"] for r in results), "seconds": elapsed,
             "evaluations_per_s": evaluations / elapsed, "isolation": iso.describe()}
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
+                  ) -> dict[str, Any]:
+    """Each config live and under the virtual clock, `repeats` times, interleaved, then its
+    plan: how far the virtual clock and the planner are from this machine (timing figures,
+    `rlcore/record/timing.py`; live medians), and what a virtual run costs in wall time.
+
+    The virtual run is a function of its config, so its figures are those of any
+    repetition; it is repeated for its wall time only. The plan draws its response lengths
+    from the virtual run's samples (`plan/lengths.py::empirical`)."""
+    from rlcore.plan.lengths import empirical
+    from rlcore.plan.planner import plan, workload
+    from rlcore.record.timing import TIMING_KEYS, run_timing, total_variation
+
+    def prepared(cfg: RunConfig, clock: Literal["wall", "virtual"]) -> RunConfig:
+        return dataclasses.replace(
+            cfg, train=dataclasses.replace(cfg.train, updates=updates),
+            runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False,
+                                        clock=clock))
+
+    def timed(cfg: RunConfig, out: str) -> tuple[dict[str, Any], float]:
+        t0 = time.perf_counter()
+        summary = run_mode(cfg, out, force=True)
+        elapsed = time.perf_counter() - t0
+        staleness = json.loads((Path(out) / "staleness.json").read_text())
+        return run_timing(summary, staleness), elapsed
+
+    runs: dict[str, dict[str, list[Any]]] = {
+        label: {"live": [], "live_call_s": [], "virtual_call_s": []} for label, _ in cfgs}
+    virtual: dict[str, dict[str, Any]] = {}
+    plans: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):
+            for label, cfg in cfgs:
+                fig, call_s = timed(prepared(cfg, "wall"), f"{tmp}/live")
+                runs[label]["live"].append(fig)
+                runs[label]["live_call_s"].append(call_s)
+                fig, call_s = timed(prepared(cfg, "virtual"), f"{tmp}/virtual-{label}")
+                virtual[label] = fig
+                runs[label]["virtual_call_s"].append(call_s)
+        for label, cfg in cfgs:
+            vcfg = prepared(cfg, "virtual")
+            plans[label] = plan(vcfg, workload(vcfg, empirical(f"{tmp}/virtual-{label}")))
+    out: dict[str, Any] = {"updates": updates, "repeats": repeats,
+                           "hardware": cfgs[0][1].runtime.hardware, "configs": {}}
+    for label, _ in cfgs:
+        live = runs[label]["live"]
+        entry: dict[str, Any] = {
+            "live": {k: _spread([f[k] for f in live]) for k in TIMING_KEYS},
+            "virtual": {k: virtual[label][k] for k in TIMING_KEYS},
+            "plan": {k: plans[label][k] for k in TIMING_KEYS},
+            "plan_s": plans[label]["plan_s"],
+            "staleness": {"live": [f["staleness"] for f in live],
+                          "virtual": virtual[label]["staleness"],
+                          "plan": plans[label]["staleness"]},
+            "staleness_tv": {
+                "virtual_vs_live": _spread([total_variation(virtual[label]["staleness"],
+                                                            f["staleness"]) for f in live]),
+                "plan_vs_live": _spread([total_variation(plans[label]["staleness"],
+                                                         f["staleness"]) for f in live]),
+                "live_vs_live": _spread([total_variation(a["staleness"], b["staleness"])
+                                         for i, a in enumerate(live) for b in live[i + 1:]]
+                                        or [0.0])},
+            "cost": {"live_call_s": _spread(runs[label]["live_call_s"]),
+                     "virtual_call_s": _spread(runs[label]["virtual_call_s"]),
+                     "ratio": _spread([v / lv for v, lv in zip(
+                         runs[label]["virtual_call_s"], runs[label]["live_call_s"],
+                         strict=True)])}}
+        for source in ("virtual", "plan"):
+            med = entry["live"]
+            entry[f"{source}_error"] = {
+                "updates_per_s_rel": entry[source]["updates_per_s"]
+                / med["updates_per_s"]["median"] - 1,
+                "accepted_samples_per_s_rel": entry[source]["accepted_samples_per_s"]
+                / med["accepted_samples_per_s"]["median"] - 1,
+                "stale_drop_rate_abs": entry[source]["stale_drop_rate"]
+                - med["stale_drop_rate"]["median"],
+                "wasted_token_share_abs": entry[source]["wasted_token_share"]
+                - med["wasted_token_share"]["median"]}
+        out["configs"][label] = entry
+    return out

@@ -7,12 +7,17 @@ harness, the controller's message handler and the parameter service's commit. A
 the sizes the fit sees are exactly those a virtual run will be charged for. Each term is fit
 by least squares with non-negative coefficients over a few sizes and repetitions, and its
 relative residual printed. The interpreter-lock share of decode, prefill and update is
-measured by running the same work on two threads at once against one alone.
+measured by running the same work on two threads at once against one alone; what the cores
+share, by timing decode beside an update loop in another process on the other core, and
+the reverse, against each alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import pickle
 import platform
 import queue
 import random
@@ -34,19 +39,27 @@ from rlcore.clock.profile import (
     CommitCost,
     ControllerCost,
     CopyCost,
+    CpuCost,
     DecodeCost,
     HardwareProfile,
     RewardCost,
     TokenCost,
 )
 from rlcore.clock.work import Decode, Prefill, Update, Work
-from rlcore.config import RunConfig
-from rlcore.policy.device import set_threads
+from rlcore.config import RunConfig, config_from_dict
+from rlcore.policy.device import resolve_device, set_threads
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
-from rlcore.record.ledger import RunLedger
+from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
+from rlcore.record.schedule import GenerationRecord
 from rlcore.runners.asynchronous.controller import Controller
-from rlcore.runners.asynchronous.messages import CommitRequest, RolloutBatch, SampleMsg
+from rlcore.runners.asynchronous.messages import (
+    CommitRequest,
+    Event,
+    RolloutBatch,
+    SampleMsg,
+    UpdateDone,
+)
 from rlcore.runners.asynchronous.param_service import ParamService
 from rlcore.runners.asynchronous.vehicles import Threads
 from rlcore.runners.asynchronous.weight_slots import WeightSlots, trainable_spec
@@ -212,37 +225,72 @@ def time_rewards(cfg: RunConfig, n: int) -> float:
     return statistics.median(times)
 
 
+class _PicklingQueue(queue.Queue[Any]):
+    """An in-process queue that pickles what is put, as the process vehicle's pipes do."""
+
+    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(pickle.loads(pickle.dumps(obj)), block, timeout)
+
+
 def time_controller(cfg: RunConfig, reps: int, answer_s: float) -> Fit:
-    """The controller's handler for a message of 1, 2, 4 or 8 samples, driven with prompts
-    it dispatched itself; less `answer_s` per sample, since rewards are their own term."""
+    """What the controller's process spends per message as a run drives it: unpickling a
+    message, handling it and the dispatch that follows (prompts to rollout, batches to the
+    trainer, pickled), for rollout messages of a quarter, half and a whole batch of samples
+    of realistic lengths, and the update reports the batches bring back; less `answer_s`
+    per sample, since rewards are their own term."""
     cfg = dataclasses.replace(cfg, staleness=dataclasses.replace(
         cfg.staleness, staleness_k=10**6, staleness_control="filter"))
     clock = StampClock()
-    q: Callable[[], Any] = queue.Queue
-    channels = SimpleNamespace(inbox=q(), prompt_q=q(), trainer_qs=[q()], counters=[0, 0])
+    b, rng = cfg.train.update_batch_size, random.Random(4)
+    prompt = [1] * 8
+    response = max(1, cfg.rollout.max_new_tokens // 2)
+    channels = SimpleNamespace(inbox=queue.Queue(), prompt_q=_PicklingQueue(),
+                               trainer_qs=[_PicklingQueue()], counters=[0, 0])
     points: list[tuple[int, float]] = []
+
+    def timed(msg: Any, samples: int, keep: bool) -> None:
+        blob = pickle.dumps(msg)
+        clock.take()
+        t0 = time.perf_counter()
+        ctl.on_message(pickle.loads(blob))
+        ctl.pump()
+        elapsed = time.perf_counter() - t0
+        if keep:
+            points.append((samples, elapsed - samples * answer_s))
+
     with tempfile.TemporaryDirectory() as tmp:
         ledger = RunLedger(cfg, Path(tmp) / "run", clock=clock)
         try:
             ctl = Controller(cfg, preflight(cfg), ledger, channels, 1)
             ledger.start_clock()
+            ctl.pump()
             held: list[Any] = []
             for rep in range(reps + 1):
-                for size in (1, 2, 4, 8):
+                for size in (b // 4, b // 2, b):
                     while len(held) < size:
                         ctl.pump()
                         while not channels.prompt_q.empty():
                             held += channels.prompt_q.get_nowait()
                     slots, held = held[:size], held[size:]
                     msg = RolloutBatch("rollout0", samples=[SampleMsg(
-                        s, [1, 2, 3], [4, 5], [-1.0, -1.0], [ctl.version()] * 2, True, "7",
+                        s, prompt, [rng.randrange(2, 20) for _ in range(response)],
+                        [-1.0] * response, [ctl.version()] * response, True, "7",
                         "rollout0", clock.now()) for s in slots])
-                    clock.take()
-                    clock.mark()
-                    ctl.on_message(msg)
-                    stamps = clock.take()
-                    if rep:
-                        points.append((size, sum(s for _, s in stamps) - size * answer_s))
+                    # what a rollout message also carries: its schedule record and busy span
+                    msg.generation = GenerationRecord(
+                        "rollout0", [(s.slot_id, s.attempt, s.group_id) for s in slots],
+                        ctl.version())
+                    msg.generation.chunks = max(1, response // cfg.rollout.chunk_tokens)
+                    msg.events.append(Event("span", clock.now(), {
+                        "worker": "rollout0", "role": "rollout", "start": clock.now(),
+                        "end": clock.now(), "samples": size}))
+                    timed(msg, size, keep=rep > 0)
+                    while not channels.trainer_qs[0].empty():
+                        req = channels.trainer_qs[0].get_nowait()
+                        now = clock.now()
+                        timed(UpdateDone(0, req.batch_id, True, ctl.version() + 1,
+                                         req.base_version, "", dict(IN_PLACE_COMMIT), now, now,
+                                         0.0), 0, keep=rep > 0)
         finally:
             ledger.close()
     return nonneg_lstsq([[1.0, n] for n, _ in points], [s for _, s in points])
@@ -309,6 +357,59 @@ def _update_work(cfg: RunConfig) -> Callable[[], None]:
     return work
 
 
+def _hog(cfg_data: dict[str, Any], kind: str, core: int, stop: Any, ready: Any) -> None:
+    """A process on `core` repeating decode or update work until `stop` is set."""
+    os.sched_setaffinity(0, {core})
+    cfg = config_from_dict(cfg_data)
+    set_threads(cfg)
+    work = _decode_work(cfg) if kind == "decode" else _update_work(cfg)
+    work()
+    ready.set()
+    while not stop.is_set():
+        work()
+
+
+def concurrent_slowdown(cfg: RunConfig, n: int) -> tuple[int, float]:
+    """The cores this process may use, and how much decode and update work slow while the
+    other runs in another process on another core, as rollout and trainer do (the mean
+    of both ways: s in a speed of 1 / (1 + s))."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return len(cores), 0.0  # nothing computes beside a role
+    ctx = multiprocessing.get_context("spawn")
+    own = os.sched_getaffinity(0)
+    slowdowns = []
+    try:
+        os.sched_setaffinity(0, {cores[0]})
+        for timed, other in (("decode", "update"), ("update", "decode")):
+            work = _decode_work(cfg) if timed == "decode" else _update_work(cfg)
+            work()
+
+            def median_s(work: Callable[[], None] = work) -> float:
+                times = []
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    work()
+                    times.append(time.perf_counter() - t0)
+                return statistics.median(times)
+
+            alone = median_s()
+            stop, ready = ctx.Event(), ctx.Event()
+            hog = ctx.Process(target=_hog, args=(cfg.to_dict(), other, cores[1], stop, ready),
+                              daemon=True)
+            hog.start()
+            try:
+                if not ready.wait(300):
+                    raise RuntimeError("the concurrent process did not start within 300 s")
+                slowdowns.append(max(0.0, median_s() / alone - 1.0))
+            finally:
+                stop.set()
+                hog.join(timeout=60)
+    finally:
+        os.sched_setaffinity(0, own)
+    return len(cores), statistics.mean(slowdowns)
+
+
 def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile, str]:
     """Time every term on this machine for `cfg`'s model and devices; returns the profile
     and a report of each term's fit."""
@@ -321,6 +422,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     commit_s = time_commit(cfg, 2000)
     decode_gil = gil_share(lambda: _decode_work(cfg), 5)
     update_gil = gil_share(lambda: _update_work(cfg), 5)
+    cores, slowdown = concurrent_slowdown(cfg, 5)
     device = f"{cfg.model.rollout_device}/{cfg.model.trainer_device}"
     machine = (f"{platform.node()}: {platform.processor() or platform.machine()}, "
                f"{torch.get_num_threads()} torch threads per role, devices {device}, "
@@ -337,14 +439,18 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         weight_read=CopyCost(read.coef[0], _bandwidth(read), gil_share=0.1),
         reward=RewardCost(answer_s=answer_s, code_s=0.05, gil_share=1.0),
         controller=ControllerCost(controller.coef[0], controller.coef[1]),
-        commit=CommitCost(commit_s))
+        commit=CommitCost(commit_s),
+        cpu=CpuCost(cores if resolve_device(cfg.model.rollout_device, "rollout").type == "cpu"
+                    else None, slowdown))
     fits = {"decode": decode, "prefill": prefill, "update": update, "weight_write": write,
             "weight_read": read, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
                        f"{', '.join(f'{c:.3g}' for c in f.coef)}" for k, f in fits.items())
     report += (f"\n  reward        answer {answer_s:.3g} s (median of 2000)"
                f"\n  commit        {commit_s:.3g} s (median of 2000)"
-               f"\n  gil_share     decode {decode_gil:.2f}, update {update_gil:.2f}")
+               f"\n  gil_share     decode {decode_gil:.2f}, update {update_gil:.2f}"
+               f"\n  cpu           {cores} cores; concurrent slowdown {slowdown:.2f} (median "
+               "of 5, decode beside updates and the reverse)")
     return profile, report
 
 
