@@ -64,7 +64,7 @@ class TestMetrics:
 def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
              heldout: float | None, ttt: float | None, stale: int = 0,
              interrupted: int = 0, policy: str = "paper") -> None:
-    d = root / mode / policy / f"k{k}" / objective / f"seed{seed}"
+    d = root / "wall" / mode / policy / f"k{k}" / objective / f"seed{seed}"
     d.mkdir(parents=True)
     summary: dict[str, Any] = {
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
@@ -91,7 +91,7 @@ def runs(tmp_path: Path) -> list[dict[str, Any]]:
         fake_run(tmp_path, "areal", 2, "pg", seed, heldout=h, ttt=ttt, stale=10,
                  interrupted=5)
     fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0, policy="none")
-    (tmp_path / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
+    (tmp_path / "wall" / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
     return load_runs(tmp_path)
 
 
@@ -157,7 +157,7 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
             staleness={"staleness_k": 0, "interrupt": "resubmit",
                        "staleness_control": "filter", "max_retries": 1},
             eval={"window": 3}))
-        run_dir = tmp_path / "async" / "paper" / "k0" / "pg" / f"seed{seed}"
+        run_dir = tmp_path / "wall" / "async" / "paper" / "k0" / "pg" / f"seed{seed}"
         summary = run_mode(cfg, run_dir)
         samples = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
         dropped = [s for s in samples if s["status"] != "accepted"]

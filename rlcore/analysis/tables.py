@@ -1,8 +1,8 @@
 """From run directories to the paper's tables: one row per run, then means over seeds.
 
-Runs live at `<root>/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (the pipeline's `RUN_ID`,
-workflow/rules/common.smk); the policy is the name the pipeline config gives the run's
-staleness settings (`policies:`), read from that path. A run contributes once its
+Runs live at `<root>/{clock}/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (the pipeline's
+`RUN_ID`, workflow/rules/common.smk); the policy is the name the pipeline config gives the
+run's staleness settings (`policies:`), read from that path. A run contributes once its
 summary.json exists; its held-out pass rate comes from eval.json when `rlcore eval` has
 scored it. Aggregates are the mean and the half-width of a
 two-sided 95% Student-t confidence interval over seeds (0 with a single seed).
@@ -54,7 +54,7 @@ def t975(df: float) -> float:
 
 
 def run_policy(run_dir: Path) -> str:
-    """The policy name of a run directory `.../{mode}/{policy}/k{K}/{objective}/seed{seed}`."""
+    """The policy name of a run directory `.../{policy}/k{K}/{objective}/seed{seed}`."""
     return Path(run_dir).parents[2].name
 
 
@@ -95,7 +95,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
 def load_runs(root: str | Path) -> list[dict[str, Any]]:
     """One row per complete run under root, in a stable order."""
     rows = [run_row(p.parent)
-            for p in sorted(Path(root).glob("*/*/k*/*/seed*/summary.json"))]
+            for p in sorted(Path(root).glob("*/*/*/k*/*/seed*/summary.json"))]
     return sorted(rows, key=lambda r: (*group_order([r[k] for k in GROUP]), r["seed"]))
 
 
