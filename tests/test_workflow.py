@@ -452,13 +452,15 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     (lambda d: d["grid"]["blocks"][1].update(clock="virtual:wall"), "NAME not 'wall'"),
     (lambda d: d["run"]["runtime"].update(clock="virtual"),
      "each grid block sets its runs' clock"),
+    (lambda d: d["figures"]["k_axis"].update(clock=f"virtual:{V100}"),
+     f"the grid has no areal run under policy 'paper' on clock 'virtual:{V100}'"),
     (lambda d: d["grid"]["blocks"].__setitem__(
         slice(None), [{**b, "clock": f"virtual:{V100}"} for b in d["grid"]["blocks"]]),
      "grid.blocks has no wall-clock block"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
         "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis",
         "unknown-profile", "clock-without-profile", "profile-named-wall", "run-clock",
-        "no-wall-block"])
+        "k-axis-clock", "no-wall-block"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str | tuple[str, ...]):
     data = small_pipeline_config()

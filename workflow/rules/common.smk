@@ -217,6 +217,13 @@ def trace_runs(wildcards):
     ]
 
 
+def k_axis():
+    """figures.k_axis with its clock as the tables' `clock` column names it: `wall` or the
+    hardware profile's name."""
+    axis = config["figures"]["k_axis"]
+    return {**axis, "clock": clock_name(axis["clock"])}
+
+
 def check_clock(where, clock):
     """A `clock` setting names `wall` or a hardware profile under config/hardware/ whose
     `name` is its file name (the name virtual runs record, which the tables show)."""
@@ -279,12 +286,16 @@ def check_grid():
             "figures draw wall-clock runs; add a block without `clock` (or clock: wall)"
         )
     axis = figures["k_axis"]
+    check_clock("figures.k_axis.clock", axis["clock"])
     if not any(
-        p["mode"] == axis["mode"] and p["policy"] == axis["policy"] for p in points
+        (p["clock"], p["mode"], p["policy"])
+        == (clock_name(axis["clock"]), axis["mode"], axis["policy"])
+        for p in points
     ):
         raise ValueError(
             f"figures.k_axis = {axis}: the grid has no {axis['mode']} run under policy "
-            f"'{axis['policy']}'; name a (mode, policy) of one of grid.blocks"
+            f"'{axis['policy']}' on clock '{axis['clock']}'; name a (mode, policy, clock) "
+            "of one of grid.blocks"
         )
     replays = grid.get("replays")
     if replays and not replay_points():

@@ -27,7 +27,7 @@ rule figures:
     conda:
         "../envs/rlcore.yaml"
     params:
-        k_axis=config["figures"]["k_axis"],
+        k_axis=k_axis(),
         code=analysis_code("figures.py"),
     script:
         "../scripts/figures.py"
