@@ -63,10 +63,14 @@ class TestMetrics:
 
 def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
              heldout: float | None, ttt: float | None, stale: int = 0,
-             interrupted: int = 0, policy: str = "paper") -> None:
-    d = root / mode / policy / f"k{k}" / objective / f"seed{seed}"
+             interrupted: int = 0, policy: str = "paper", clock: str = "wall") -> None:
+    """A run directory as the pipeline lays it out; `clock` is `wall` or a profile's name."""
+    d = root / clock / mode / policy / f"k{k}" / objective / f"seed{seed}"
     d.mkdir(parents=True)
+    virtual = clock != "wall"
     summary: dict[str, Any] = {
+        "clock": {"kind": "virtual" if virtual else "wall",
+                  "hardware": clock if virtual else None},
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
         "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
         "time": {"wall_s": 2.0, "cold_start_s": 1.5, "startup_s": 3.0 + seed,
@@ -91,7 +95,7 @@ def runs(tmp_path: Path) -> list[dict[str, Any]]:
         fake_run(tmp_path, "areal", 2, "pg", seed, heldout=h, ttt=ttt, stale=10,
                  interrupted=5)
     fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0, policy="none")
-    (tmp_path / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
+    (tmp_path / "wall" / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
     return load_runs(tmp_path)
 
 
@@ -121,7 +125,7 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
     text = to_markdown(table1(runs), ["heldout_pass_rate", "time_to_threshold_s"])
     lines = text.splitlines()
     assert lines[0].startswith(
-        "| mode | policy | staleness_k | objective | seeds | held-out pass")
+        "| clock | mode | policy | staleness_k | objective | seeds | held-out pass")
     assert "0.500 ± 0.248" in lines[3]
     assert lines[0].endswith("| timed under contention |")
     assert lines[2].endswith("| no |") and lines[3].endswith("| 1 of 3 |")  # sync, areal
@@ -157,7 +161,7 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
             staleness={"staleness_k": 0, "interrupt": "resubmit",
                        "staleness_control": "filter", "max_retries": 1},
             eval={"window": 3}))
-        run_dir = tmp_path / "async" / "paper" / "k0" / "pg" / f"seed{seed}"
+        run_dir = tmp_path / "wall" / "async" / "paper" / "k0" / "pg" / f"seed{seed}"
         summary = run_mode(cfg, run_dir)
         samples = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
         dropped = [s for s in samples if s["status"] != "accepted"]
@@ -212,6 +216,43 @@ def test_quality_vs_k_takes_one_policy_and_shares_the_sync_reference(tmp_path: P
     text = quality_vs_k_markdown([a3po])
     assert "| a3po | 0.700 ± 0.000 | 0.300 ± 0.000 |" in text
     assert "Sync ran pg only" in text
+
+
+V100 = "v100x2-qwen0.5b-fp16"
+
+
+def test_runs_of_different_clocks_aggregate_apart(tmp_path: Path):
+    """The same mode, policy, K, objective and seeds, live and on a virtual clock: each table
+    has a row per clock, each the mean of its own clock's runs, wall first. A virtual run has
+    no start-up on its profile's hardware, and the machine's load does not touch its times."""
+    for seed, (heldout, ttt) in enumerate([(0.4, 1.0), (0.6, 3.0)]):
+        fake_run(tmp_path, "areal", 2, "pg", seed, heldout=heldout, ttt=ttt)
+        fake_run(tmp_path, "areal", 2, "pg", seed, heldout=heldout + 0.2, ttt=100 * ttt,
+                 clock=V100)
+    rows = load_runs(tmp_path)
+    assert [(r["clock"], r["seed"]) for r in rows] == [("wall", 0), ("wall", 1), (V100, 0),
+                                                       (V100, 1)]
+    assert rows[0]["startup_s"] == 3.0 and rows[2]["startup_s"] is None
+    wall, virtual = table1(rows)
+    assert (wall["clock"], wall["seeds"], virtual["clock"], virtual["seeds"]) == (
+        "wall", 2, V100, 2)
+    assert wall["time_to_threshold_s/mean"] == 2.0
+    assert virtual["time_to_threshold_s/mean"] == 200.0
+    assert wall["heldout_pass_rate/mean"] == pytest.approx(0.5)
+    assert virtual["heldout_pass_rate/mean"] == pytest.approx(0.7)
+    assert wall["startup_s/mean"] == 3.5 and virtual["startup_s/n"] == 0
+    assert [r["clock"] for r in k_sweep(rows)] == ["wall", V100]
+    lines = to_markdown(table1(rows), ["time_to_threshold_s"]).splitlines()
+    assert lines[2] == "| wall | areal | paper | 2 | pg | 2 | 2.00 ± 12.71 | 1 of 2 |"
+    assert lines[3] == f"| {V100} | areal | paper | 2 | pg | 2 | 200.00 ± 1270.60 | n/a (virtual) |"
+
+    from rlcore.analysis.tables import quality_vs_k, quality_vs_k_markdown
+
+    (live,) = quality_vs_k(rows, "areal", "paper")
+    (emulated,) = quality_vs_k(rows, "areal", "paper", V100)
+    assert live["K=2/mean"] == pytest.approx(0.5) and live["K=2/n"] == 2
+    assert emulated["K=2/mean"] == pytest.approx(0.7) and emulated["K=2/n"] == 2
+    assert V100 in quality_vs_k_markdown([emulated]) and V100 not in quality_vs_k_markdown([live])
 
 
 def test_a_csv_of_rows_with_different_columns_keeps_every_column(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.analysis.figures import learning as learning_figures
 from rlcore.analysis.figures import staleness as staleness_figures
 from rlcore.analysis.figures import style
 from rlcore.analysis.figures import traces as trace_figures
@@ -75,3 +76,38 @@ def test_busy_spans_are_clipped_to_the_window_and_grouped_by_role():
     spans = trace_figures.busy_spans(events, start=1.0, end=2.0)
     assert spans["rollout"] == [(1.0, 0.5)]
     assert spans["trainer"] == [(1.2, pytest.approx(0.2))]
+
+
+V100 = "v100x2-qwen0.5b-fp16"
+
+
+def timed_row(clock: str, mode: str, policy: str, k: int, seed: int, seconds: float) -> dict:
+    """A run row (`rlcore.analysis.tables.run_row`) with what the bar charts draw."""
+    return {"clock": clock, "mode": mode, "policy": policy, "staleness_k": k,
+            "objective": "pg", "seed": seed, "threshold": 0.5, "time_to_threshold_s": seconds,
+            "reward_per_1k_tokens": 100.0, "wall_s": 2 * seconds, "cold_start_s": 1.0,
+            "startup_s": 3.0 if clock == "wall" else None, "updates_per_s": 5.0}
+
+
+def test_runs_of_each_clock_are_drawn_in_a_panel_of_their_own(tmp_path: Path):
+    """Wall-clock runs first, then each virtual clock's; the time figures give each clock a
+    panel titled with it, whose axis says which seconds it counts."""
+    rows = [timed_row(clock, mode, policy, k, seed, seconds)
+            for clock, scale in ((V100, 100.0), ("wall", 1.0))
+            for mode, policy, k in (("sync", "none", 0), ("areal", "areal", 2))
+            for seed, seconds in enumerate((1.0 * scale, 2.0 * scale))]
+    assert list(style.by_clock(rows)) == ["wall", V100]
+    assert all(r["clock"] == V100 for r in style.by_clock(rows)[V100])
+    for name, draw in (("time_to_threshold", learning_figures.draw_time_to_threshold),
+                       ("end_to_end", learning_figures.draw_end_to_end)):
+        png, svg = tmp_path / f"{name}.png", tmp_path / f"{name}.svg"
+        draw(rows, png, svg)
+        text = svg.read_text()
+        assert png.read_bytes()[:4] == b"\x89PNG"
+        assert "wall clock (this machine)" in text and f"virtual clock: {V100}" in text, name
+        assert f"(virtual: {V100})" in text, name
+    # one clock: one panel, no clock titles, as before there were clocks
+    learning_figures.draw_time_to_threshold([r for r in rows if r["clock"] == "wall"],
+                                            tmp_path / "t.png", tmp_path / "t.svg")
+    text = (tmp_path / "t.svg").read_text()
+    assert "this machine" not in text and "seconds to train pass ≥ 0.5 (wall clock)" in text

@@ -77,14 +77,17 @@ def test_runs_length_counts_sums_runs(tmp_path: Path):
     }
 
 
-def test_runs_by_k_keeps_one_mode_and_policy():
-    rows = [{"mode": m, "policy": p, "staleness_k": k, "run_dir": f"/r/{m}-{p}-{k}-{i}"}
-            for i, (m, p, k) in enumerate([("areal", "paper", 8), ("areal", "paper", 0),
-                                           ("areal", "areal", 0), ("async", "paper", 0),
-                                           ("areal", "paper", 0)])]
+def test_runs_by_k_keeps_one_mode_policy_and_clock():
+    rows = [{"mode": m, "policy": p, "staleness_k": k, "clock": c,
+             "run_dir": f"/r/{c}-{m}-{p}-{k}-{i}"}
+            for i, (c, m, p, k) in enumerate([
+                ("wall", "areal", "paper", 8), ("wall", "areal", "paper", 0),
+                ("wall", "areal", "areal", 0), ("wall", "async", "paper", 0),
+                ("wall", "areal", "paper", 0), ("v100", "areal", "paper", 0)])]
     assert runs_by_k(rows, "areal", "paper") == {
-        0: [Path("/r/areal-paper-0-1"), Path("/r/areal-paper-0-4")],
-        8: [Path("/r/areal-paper-8-0")]}
+        0: [Path("/r/wall-areal-paper-0-1"), Path("/r/wall-areal-paper-0-4")],
+        8: [Path("/r/wall-areal-paper-8-0")]}
+    assert runs_by_k(rows, "areal", "paper", "v100") == {0: [Path("/r/v100-areal-paper-0-5")]}
 
 
 def test_draw_length_bias_writes_png_and_svg(tmp_path: Path):

@@ -134,7 +134,7 @@ def test_small_grid_end_to_end_on_slurm(local_slurm: Path, tmp_path: Path):
     sync_here = table(here / "results" / "tables" / "table1.csv")[("sync", "0")]
     for key in ("heldout_pass_rate/mean", "reward_per_1k_tokens/mean"):
         assert sync_cluster[key] == sync_here[key], key
-    run = Path("results/runs/sync/none/k0/pg/seed0/eval.json")
+    run = Path("results/runs/wall/sync/none/k0/pg/seed0/eval.json")
     assert (json.loads((on_cluster / run).read_text())["per_task"]
             == json.loads((here / run).read_text())["per_task"])
     assert yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())["executor"] == "slurm"

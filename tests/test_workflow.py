@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlcore.clock.profile import profile_path
 from rlcore.policy.stand_in import build_stand_in
 from tests.conftest import small_config
 
@@ -48,7 +49,7 @@ def small_pipeline_config() -> dict:
     }
 
 
-RUN_IDS = ("sync/none/k0/pg/seed0", "areal/paper/k1/pg/seed0")
+RUN_IDS = ("wall/sync/none/k0/pg/seed0", "wall/areal/paper/k1/pg/seed0")
 
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
@@ -82,6 +83,21 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
             break
         counts[parts[0]] = int(parts[1])
     return counts
+
+
+def planned_job_blocks(result: subprocess.CompletedProcess) -> list[dict[str, str]]:
+    """Each job a dry run prints: its rule, its `input`, `output`, `log` and `wildcards`
+    lines, and its shell command."""
+    jobs: list[dict[str, str]] = []
+    for line in result.stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")) and line.endswith(":"):
+            jobs.append({"rule": line.split()[1].rstrip(":")})
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            jobs[-1][key] = value
+        elif jobs and line.startswith("Shell command: "):
+            jobs[-1]["shell"] = line.removeprefix("Shell command: ")
+    return jobs
 
 
 def test_lint_and_format():
@@ -159,7 +175,7 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
     table1, k_sweep = read_csv(tables / "table1.csv"), read_csv(tables / "k_sweep.csv")
     assert len(table1) == len(k_sweep) == 2
     for row1, row_k in zip(table1, k_sweep, strict=True):
-        run = (pipeline / "results" / "runs" / row1["mode"] / row1["policy"]
+        run = (pipeline / "results" / "runs" / "wall" / row1["mode"] / row1["policy"]
                / f"k{row1['staleness_k']}" / row1["objective"] / "seed0")
         summary = json.loads((run / "summary.json").read_text())
         evaluation = json.loads((run / "eval.json").read_text())
@@ -267,6 +283,70 @@ def test_a_block_repeating_runs_adds_none(pipeline: Path):
     assert jobs == {}
 
 
+V100 = "v100x2-qwen0.5b-fp16"
+
+
+def with_virtual_block(data: dict) -> dict:
+    """The small grid plus its AReaL-style block again under the V100 profile's virtual clock:
+    the same mode, policy, K, objective and seed as a wall run, and as the runs replayed."""
+    data["grid"]["blocks"].append({**data["grid"]["blocks"][1], "clock": f"virtual:{V100}"})
+    return data
+
+
+def test_a_virtual_block_runs_under_its_profile_in_paths_that_name_it(tmp_path: Path):
+    """The clock is the first level of every run path: the virtual run of a point the grid
+    also runs live is a run of its own, its resolved config sets the clock and the profile,
+    and the profile's file is an input of that run only. Replays and the trace figures keep
+    to the wall runs."""
+    write_config(tmp_path, with_virtual_block(small_pipeline_config()))
+    result = snakemake(tmp_path, "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    jobs = planned_job_blocks(result)
+    runs = {j["output"].split(", ")[0].removesuffix("/summary.json"): j
+            for j in jobs if j["rule"] == "run"}
+    virtual = f"results/runs/{V100}/areal/paper/k1/pg/seed0"
+    assert set(runs) == {f"results/runs/{r}" for r in RUN_IDS} | {virtual}
+    profile = str(profile_path(V100))
+    for run_dir, job in runs.items():
+        assert (profile in job["input"].split(", ")) == (run_dir == virtual), job["input"]
+    assert runs[virtual]["log"] == f"results/logs/runs/{V100}/areal-paper-k1-pg-seed0.log"
+    configs = {j["output"]: json.loads(j["shell"].split("'")[1])
+               for j in jobs if j["rule"] == "run_config"}
+    virtual_config = configs[f"results/configs/{V100}/areal-paper-k1-pg-seed0.json"]["runtime"]
+    assert (virtual_config["clock"], virtual_config["hardware"]) == ("virtual", V100)
+    assert configs["results/configs/wall/areal-paper-k1-pg-seed0.json"]["runtime"]["clock"] \
+        == "wall"
+    replayed = [j["input"] for j in jobs if j["rule"] == "replay"]
+    assert replayed == [f"results/runs/{RUN_IDS[1]}/summary.json"] * 2
+    (trace,) = [j for j in jobs if j["rule"] == "trace_figures"]
+    assert V100 not in trace["input"]
+
+
+def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):
+    """Every output of the grid made by hand and dated before the profile's last edit, as if
+    the grid had run and the profile were then edited: the virtual run is stale, with what
+    consumes it, and no wall run is."""
+    write_config(tmp_path, with_virtual_block(small_pipeline_config()))
+    plan = snakemake(tmp_path, "-n")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    before_edit = profile_path(V100).stat().st_mtime - 60
+    for job in planned_job_blocks(plan):
+        for output in filter(None, job.get("output", "").split(", ")):
+            path = tmp_path / output
+            if output == "models/tiny":
+                path.mkdir(parents=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+            os.utime(path, (before_edit, before_edit))
+    # by modification times only: hand-made outputs have no record of the code that made them
+    result = snakemake(tmp_path, "-n", "--rerun-triggers", "mtime")
+    stale = [j for j in planned_job_blocks(result) if j["rule"] == "run"]
+    assert [j["wildcards"] for j in stale] == [
+        f"clock={V100}, mode=areal, policy=paper, k=1, objective=pg, seed=0"]
+    assert set(planned_jobs(result)) == {"run", "tables", "figures", "all"}
+
+
 @pytest.fixture
 def source_copy(tmp_path: Path) -> Path:
     """A copy of the workflow and the package sources whose digests the Snakefile takes."""
@@ -365,16 +445,31 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     (lambda d: d["grid"]["blocks"][0].update(ks=[0, 2]), "sync is on-policy"),
     (lambda d: d["policies"]["paper"]["staleness"].update(interrupt="restart"), "restart"),
     (lambda d: d["figures"]["k_axis"].update(policy="none"), "the grid has no areal run"),
+    (lambda d: d["grid"]["blocks"][1].update(clock="virtual:v100"),
+     ("grid.blocks[1].clock = 'virtual:v100': there is no hardware profile 'v100'",
+      f"use one of cpu-2core, {V100}")),
+    (lambda d: d["grid"]["blocks"][1].update(clock="virtual"), "'virtual' does not match"),
+    (lambda d: d["grid"]["blocks"][1].update(clock="virtual:wall"), "NAME not 'wall'"),
+    (lambda d: d["run"]["runtime"].update(clock="virtual"),
+     "each grid block sets its runs' clock"),
+    (lambda d: d["figures"]["k_axis"].update(clock=f"virtual:{V100}"),
+     f"the grid has no areal run under policy 'paper' on clock 'virtual:{V100}'"),
+    (lambda d: d["grid"]["blocks"].__setitem__(
+        slice(None), [{**b, "clock": f"virtual:{V100}"} for b in d["grid"]["blocks"]]),
+     "grid.blocks has no wall-clock block"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
-        "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis"])
+        "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis",
+        "unknown-profile", "clock-without-profile", "profile-named-wall", "run-clock",
+        "k-axis-clock", "no-wall-block"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
-                                         message: str):
+                                         message: str | tuple[str, ...]):
     data = small_pipeline_config()
     edit(data)
     write_config(tmp_path, data)
     result = snakemake(tmp_path)
     assert result.returncode != 0
-    assert message in result.stdout + result.stderr, result.stderr[-2000:]
+    for part in (message,) if isinstance(message, str) else message:
+        assert part in result.stdout + result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "results").exists() and not (tmp_path / "models").exists()
 
 
@@ -403,8 +498,8 @@ def test_killed_snakemake_resumes_with_the_documented_commands(tmp_path: Path):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # one run finished, another one under way
-            done = list(runs.glob("*/*/k*/pg/seed0/summary.json"))
-            going = [p.parent for p in runs.glob("*/*/k*/pg/seed0/events.jsonl.partial")
+            done = list(runs.glob("wall/*/*/k*/pg/seed0/summary.json"))
+            going = [p.parent for p in runs.glob("wall/*/*/k*/pg/seed0/events.jsonl.partial")
                      if not (p.parent / "summary.json").exists()]
             if done and going:
                 break

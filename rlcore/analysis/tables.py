@@ -1,11 +1,16 @@
 """From run directories to the paper's tables: one row per run, then means over seeds.
 
-Runs live at `<root>/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (the pipeline's `RUN_ID`,
-workflow/rules/common.smk); the policy is the name the pipeline config gives the run's
-staleness settings (`policies:`), read from that path. A run contributes once its
+Runs live at `<root>/{clock}/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (the pipeline's
+`RUN_ID`, workflow/rules/common.smk); the policy is the name the pipeline config gives the
+run's staleness settings (`policies:`), read from that path. A run contributes once its
 summary.json exists; its held-out pass rate comes from eval.json when `rlcore eval` has
 scored it. Aggregates are the mean and the half-width of a
 two-sided 95% Student-t confidence interval over seeds (0 with a single seed).
+
+Every row has a `clock`: `wall` for a run timed by this machine's clock, else the name of the
+hardware profile whose virtual clock timed it (docs/virtual_clock.md). Seconds of different
+clocks are different quantities, so runs are grouped by clock before anything else and never
+averaged across clocks.
 """
 
 from __future__ import annotations
@@ -27,13 +32,31 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
          2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
          2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
-GROUP = ("mode", "policy", "staleness_k", "objective")
+GROUP = ("clock", "mode", "policy", "staleness_k", "objective")
+WALL = "wall"  # the clock column of a run timed by this machine's clock
 
 
 def group_order(key: Sequence[Any]) -> tuple[Any, ...]:
     """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by the rest."""
     mode, *rest = key
     return (MODES.index(mode) if mode in MODES else len(MODES), *rest)
+
+
+def clock_order(clock: str) -> tuple[bool, str]:
+    """Wall-clock runs first, then virtual ones by profile name."""
+    return clock != WALL, clock
+
+
+def row_order(key: Sequence[Any]) -> tuple[Any, ...]:
+    """Sort a GROUP key (clock, mode, policy, K, objective) by clock, then as group_order."""
+    clock, *rest = key
+    return (clock_order(clock), *group_order(rest))
+
+
+def run_clock(summary: dict[str, Any]) -> str:
+    """The clock column of a run: `wall`, or the hardware profile of its virtual clock."""
+    clock = summary["clock"]
+    return WALL if clock["kind"] == "wall" else clock["hardware"]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -54,7 +77,7 @@ def t975(df: float) -> float:
 
 
 def run_policy(run_dir: Path) -> str:
-    """The policy name of a run directory `.../{mode}/{policy}/k{K}/{objective}/seed{seed}`."""
+    """The policy name of a run directory `.../{policy}/k{K}/{objective}/seed{seed}`."""
     return Path(run_dir).parents[2].name
 
 
@@ -64,7 +87,9 @@ def run_row(run_dir: Path) -> dict[str, Any]:
     eval_file = run_dir / "eval.json"
     ev = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
     t, m, n = s["tokens"], s["metrics"], s["samples"]
+    clock = run_clock(s)
     return {
+        "clock": clock,
         "mode": s["mode"], "policy": run_policy(run_dir), "staleness_k": s["staleness_k"],
         "objective": s["objective"], "seed": s["seed"], "run_dir": str(run_dir),
         "heldout_pass_rate": ev.get("sampled_pass_rate"),
@@ -82,7 +107,9 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "updates_per_s": s["updates"] / s["time"]["wall_s"],
         "wall_s": s["time"]["wall_s"],
         "cold_start_s": s["time"]["cold_start_s"],
-        "startup_s": s["time"]["startup_s"],
+        # the job's start-up is this machine's time, before any clock of the run starts: a
+        # virtual run has no start-up on its profile's hardware to report
+        "startup_s": s["time"]["startup_s"] if clock == WALL else None,
         "contended": s["load"]["contended"],
         "overlap_frac": s["time"]["overlap_frac"],
         "tokens_generated": t["generated"],
@@ -95,12 +122,13 @@ def run_row(run_dir: Path) -> dict[str, Any]:
 def load_runs(root: str | Path) -> list[dict[str, Any]]:
     """One row per complete run under root, in a stable order."""
     rows = [run_row(p.parent)
-            for p in sorted(Path(root).glob("*/*/k*/*/seed*/summary.json"))]
-    return sorted(rows, key=lambda r: (*group_order([r[k] for k in GROUP]), r["seed"]))
+            for p in sorted(Path(root).glob("*/*/*/k*/*/seed*/summary.json"))]
+    return sorted(rows, key=lambda r: (*row_order([r[k] for k in GROUP]), r["seed"]))
 
 
 def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """Per (mode, policy, K, objective): seeds, and mean and CI half-width of each metric.
+    """Per (clock, mode, policy, K, objective): seeds, and mean and CI half-width of each
+    metric.
 
     A metric missing in some runs (a threshold never reached, a run not evaluated) is averaged
     over the runs that have it, and `<metric>/n` says how many did.
@@ -109,7 +137,7 @@ def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[di
     for r in rows:
         groups.setdefault(tuple(r[k] for k in GROUP), []).append(r)
     out = []
-    for key, members in sorted(groups.items(), key=lambda item: group_order(item[0])):
+    for key, members in sorted(groups.items(), key=lambda item: row_order(item[0])):
         agg: dict[str, Any] = dict(zip(GROUP, key, strict=True))
         agg["seeds"] = len(members)
         agg["contended"] = sum(bool(r["contended"]) for r in members)
@@ -167,20 +195,21 @@ def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return aggregate(rows, K_SWEEP)
 
 
-def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str
+def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL
                  ) -> list[dict[str, Any]]:
     """AReaL's Table 2, shaped for this grid: the held-out pass rate of (`mode`, `policy`) per
     objective (rows) and staleness bound K (columns), with sync as the K = 0, on-policy
-    reference. Sync runs are one reference for all objectives when the grid runs sync with
-    fewer objectives (on-policy, the four give the same gradient)."""
-    rows = list(rows)
+    reference, all of them runs of `clock`. Sync runs are one reference for all objectives
+    when the grid runs sync with fewer objectives (on-policy, the four give the same
+    gradient)."""
+    rows = [r for r in rows if r["clock"] == clock]
     arm = [r for r in rows if r["mode"] == mode and r["policy"] == policy]
     cells = aggregate(arm, ("heldout_pass_rate",))
     sync = [r for r in rows if r["mode"] == "sync"]
     out: dict[str, dict[str, Any]] = {}
     for c in cells:
         row = out.setdefault(c["objective"], {"objective": c["objective"], "mode": mode,
-                                              "policy": policy})
+                                              "policy": policy, "clock": clock})
         for stat in ("mean", "ci95", "n"):
             row[f"K={c['staleness_k']}/{stat}"] = c[f"heldout_pass_rate/{stat}"]
     for objective, row in out.items():
@@ -208,6 +237,10 @@ def quality_vs_k_markdown(table: Sequence[dict[str, Any]]) -> str:
     if shared:
         lines.append(f"\nSync ran {', '.join(shared)} only: on-policy the four objectives give "
                      "the same gradient, so those runs are every objective's reference.")
+    clocks = sorted({row["clock"] for row in table} - {WALL})
+    if clocks:
+        lines.append(f"\nRuns under the virtual clock of {', '.join(clocks)} "
+                     "(docs/virtual_clock.md).")
     return "\n".join(lines) + "\n"
 
 
@@ -221,7 +254,8 @@ def format_mean_ci(mean: float, ci: float, n: int, digits: int = 3) -> str:
 def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
     """A Markdown table: one row per configuration, `mean ± ci95` per metric, and how many
     of its runs were timed while other processes used the machine
-    (`rlcore/record/machine_load.py`)."""
+    (`rlcore/record/machine_load.py`; a virtual clock's times do not depend on the
+    machine)."""
     head = [*GROUP, "seeds", *(LABELS.get(m, m) for m in metrics), "timed under contention"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table:
@@ -232,7 +266,10 @@ def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
             if 0 < row[f"{m}/n"] < row["seeds"]:
                 cell += f" (n={row[f'{m}/n']})"
             cells.append(cell)
-        cells.append(f"{row['contended']} of {row['seeds']}" if row["contended"] else "no")
+        if row["clock"] != WALL:
+            cells.append("n/a (virtual)")
+        else:
+            cells.append(f"{row['contended']} of {row['seeds']}" if row["contended"] else "no")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -26,7 +26,7 @@ rule tables:
     conda:
         "../envs/rlcore.yaml"
     params:
-        k_axis=config["figures"]["k_axis"],
+        k_axis=k_axis(),
         code=analysis_code("tables.py"),
     script:
         "../scripts/tables.py"

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from rlcore.clock.profile import HARDWARE_DIR, load_profile, profile_path
 from rlcore.code_digest import analysis_files, base_files, digest, runtime_files
 from rlcore.config import MODES, config_from_dict
+from rlcore.errors import ConfigError
 from rlcore.policy.model_dir import missing_model_files
 
 validate(config, "../schemas/config.schema.yaml")
@@ -43,9 +45,19 @@ def _merge(base, extra):
     return out
 
 
+# The clock wildcard, the first level of a run's path and the tables' `clock` column: `wall`
+# for this machine's clock, else the hardware profile's name (a block's `virtual:NAME`).
+WALL = "wall"
+
+
+def clock_name(clock):
+    """The clock wildcard of a block's `clock` setting: `wall`, or NAME of `virtual:NAME`."""
+    return clock.removeprefix("virtual:")
+
+
 def grid_points():
-    """Every (mode, policy, k, objective, seed) of the grid once, in the blocks' order, as
-    wildcard dicts."""
+    """Every (clock, mode, policy, k, objective, seed) of the grid once, in the blocks'
+    order, as wildcard dicts."""
     g = config["grid"]
     points = {}
     for block in g["blocks"]:
@@ -55,6 +67,7 @@ def grid_points():
                     for objective in block["objectives"]:
                         for seed in g["seeds"]:
                             point = dict(
+                                clock=clock_name(block["clock"]),
                                 mode=mode,
                                 policy=policy,
                                 k=k,
@@ -65,21 +78,29 @@ def grid_points():
     return list(points.values())
 
 
-def grid_modes():
-    """The grid's modes, in the order they first appear."""
-    return list(dict.fromkeys(p["mode"] for p in grid_points()))
+def wall_points():
+    """The grid points timed by the wall clock."""
+    return [p for p in grid_points() if p["clock"] == WALL]
+
+
+def trace_modes():
+    """The modes the trace figures draw: those with a wall-clock run, in the order they
+    first appear."""
+    return list(dict.fromkeys(p["mode"] for p in wall_points()))
 
 
 def replay_points():
-    """Every replay: a live grid point selected by grid.replays.of, with the objective it is
-    replayed under (`replayed`)."""
+    """Every replay: a live wall-clock grid point selected by grid.replays.of, with the
+    objective it is replayed under (`replayed`). Replays take wall-clock runs only: `of`
+    names no clock, and the paired table matches a replay to its live run by mode, policy,
+    K, objective and seed, which a single clock keeps unambiguous."""
     replays = config["grid"].get("replays")
     if not replays:
         return []
     of = replays["of"]
     return [
         {**p, "replayed": objective}
-        for p in grid_points()
+        for p in wall_points()
         if p["mode"] in of["modes"]
         and p["policy"] in of["policies"]
         and p["k"] in of["ks"]
@@ -88,11 +109,16 @@ def replay_points():
     ]
 
 
-RUN_ID = "{mode}/{policy}/k{k}/{objective}/seed{seed}"
-REPLAY_ID = "{mode}/{policy}/k{k}/{objective}/seed{seed}/{replayed}"
+# A run's directory below runs/, a replay's below replays/, and the name of a run's config
+# and log files below configs/ and logs/: the clock first, so that a wall and a virtual run
+# of the same point never share a path.
+RUN_ID = "{clock}/{mode}/{policy}/k{k}/{objective}/seed{seed}"
+REPLAY_ID = "{clock}/{mode}/{policy}/k{k}/{objective}/seed{seed}/{replayed}"
+RUN_FILE = "{clock}/{mode}-{policy}-k{k}-{objective}-seed{seed}"
 
 
 wildcard_constraints:
+    clock="[A-Za-z0-9][A-Za-z0-9._-]*",
     mode="|".join(MODES),
     policy="[a-z][a-z0-9_]*",
     k=r"\d+",
@@ -103,7 +129,12 @@ wildcard_constraints:
 
 def run_settings(wildcards):
     """The full, validated run config of one grid point; passed as a parameter, so an edit
-    reruns exactly the runs it changes."""
+    reruns exactly the runs it changes. The point's clock is its block's, whatever `run`
+    or the policy say."""
+    if wildcards.clock == WALL:
+        runtime = {"clock": "wall"}
+    else:
+        runtime = {"clock": "virtual", "hardware": wildcards.clock}
     settings = _merge(config["run"], config["policies"][wildcards.policy])
     settings = _merge(
         settings,
@@ -112,9 +143,16 @@ def run_settings(wildcards):
             "seed": int(wildcards.seed),
             "staleness": {"staleness_k": int(wildcards.k)},
             "train": {"objective": wildcards.objective},
+            "runtime": runtime,
         },
     )
     return config_from_dict(settings).to_dict()
+
+
+def hardware_input(wildcards):
+    """A virtual run's hardware profile file, so that editing the profile reruns exactly
+    the runs it prices; a wall-clock run reads none."""
+    return [] if wildcards.clock == WALL else [str(profile_path(wildcards.clock))]
 
 
 def base_settings():
@@ -132,34 +170,35 @@ def base_input(wildcards):
 
 
 def all_runs(filename):
-    """One path per grid point, e.g. results/runs/areal/paper/k2/pg/seed0/summary.json."""
+    """One path per grid point, e.g. results/runs/wall/areal/paper/k2/pg/seed0/summary.json
+    or results/runs/v100x2-qwen0.5b-fp16/sync/none/k0/pg/seed0/summary.json."""
     return [f"{R}/runs/{RUN_ID.format(**p)}/{filename}" for p in grid_points()]
 
 
 def all_replays(filename):
-    """One path per replay, e.g. results/replays/areal/paper/k2/pg/seed0/a3po/eval.json."""
+    """One path per replay, e.g. results/replays/wall/areal/paper/k2/pg/seed0/a3po/eval.json."""
     return [f"{R}/replays/{REPLAY_ID.format(**p)}/{filename}" for p in replay_points()]
 
 
 def replayed_runs(filename):
     """The live runs the replays replay (and the live runs of the objectives they are
-    replayed under, for the unpaired comparison): every grid point at a replayed
+    replayed under, for the unpaired comparison): every wall-clock grid point at a replayed
     (mode, policy, K)."""
     arms = {(p["mode"], p["policy"], p["k"]) for p in replay_points()}
     return [
         f"{R}/runs/{RUN_ID.format(**p)}/{filename}"
-        for p in grid_points()
+        for p in wall_points()
         if (p["mode"], p["policy"], p["k"]) in arms
     ]
 
 
 def trace_point(mode):
-    """The grid point whose events the trace figures draw for a mode: the configured policy,
-    objective and seed where the mode has them, at its K nearest to the configured one
-    (lower on a tie)."""
+    """The wall-clock grid point whose events the trace figures draw for a mode: the
+    configured policy, objective and seed where the mode has them, at its K nearest to the
+    configured one (lower on a tie). Their window is in this machine's seconds."""
     trace = config["figures"]["trace"]
     return min(
-        (p for p in grid_points() if p["mode"] == mode),
+        (p for p in wall_points() if p["mode"] == mode),
         key=lambda p: (
             p["policy"] != trace["policy"],
             p["objective"] != trace["objective"],
@@ -171,17 +210,59 @@ def trace_point(mode):
 
 
 def trace_runs(wildcards):
-    """summary.json of each mode's trace run, in the order of grid_modes()."""
+    """summary.json of each mode's trace run, in the order of trace_modes()."""
     return [
         f"{R}/runs/{RUN_ID.format(**trace_point(mode))}/summary.json"
-        for mode in grid_modes()
+        for mode in trace_modes()
     ]
+
+
+def k_axis():
+    """figures.k_axis with its clock as the tables' `clock` column names it: `wall` or the
+    hardware profile's name."""
+    axis = config["figures"]["k_axis"]
+    return {**axis, "clock": clock_name(axis["clock"])}
+
+
+def check_clock(where, clock):
+    """A `clock` setting names `wall` or a hardware profile under config/hardware/ whose
+    `name` is its file name (the name virtual runs record, which the tables show)."""
+    if clock == WALL:
+        return
+    name = clock_name(clock)
+    shipped = ", ".join(sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml")))
+    if name == WALL or name.endswith((".yaml", ".yml")):
+        raise ValueError(
+            f"{where} = '{clock}': write virtual:NAME with NAME a hardware profile's name "
+            f"(a file config/hardware/NAME.yaml, NAME not '{WALL}'), one of {shipped}"
+        )
+    path = HARDWARE_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(
+            f"{where} = '{clock}': there is no hardware profile '{name}' ({path}); use one "
+            f"of {shipped}, or write one there with `rlcore calibrate CONFIG --out {path}`"
+        )
+    try:
+        profile = load_profile(name)
+    except ConfigError as e:
+        raise ValueError(f"{where} = '{clock}': {e}") from e
+    if profile.name != name:
+        raise ValueError(
+            f"{where} = '{clock}': {path} says `name: {profile.name}`; a profile's name "
+            f"must be its file name: set `name: {name}` or rename the file"
+        )
 
 
 def check_grid():
     """Cross-key checks the schema cannot express, before any job starts."""
     grid, policies, figures = config["grid"], config["policies"], config["figures"]
+    if config["run"]["runtime"]["clock"] != "wall":
+        raise ValueError(
+            "run.runtime.clock is 'virtual': in the pipeline each grid block sets its runs' "
+            "clock; remove it from run.runtime and give the blocks clock: virtual:NAME"
+        )
     for i, block in enumerate(grid["blocks"]):
+        check_clock(f"grid.blocks[{i}].clock", block["clock"])
         for policy in block["policies"]:
             if policy not in policies:
                 raise ValueError(
@@ -199,19 +280,28 @@ def check_grid():
             f"figures.trace.policy '{figures['trace']['policy']}' is not in policies "
             f"{sorted(policies)}"
         )
+    if not wall_points():
+        raise ValueError(
+            "grid.blocks has no wall-clock block: the queue-depth and worker-activity "
+            "figures draw wall-clock runs; add a block without `clock` (or clock: wall)"
+        )
     axis = figures["k_axis"]
+    check_clock("figures.k_axis.clock", axis["clock"])
     if not any(
-        p["mode"] == axis["mode"] and p["policy"] == axis["policy"] for p in points
+        (p["clock"], p["mode"], p["policy"])
+        == (clock_name(axis["clock"]), axis["mode"], axis["policy"])
+        for p in points
     ):
         raise ValueError(
             f"figures.k_axis = {axis}: the grid has no {axis['mode']} run under policy "
-            f"'{axis['policy']}'; name a (mode, policy) of one of grid.blocks"
+            f"'{axis['policy']}' on clock '{axis['clock']}'; name a (mode, policy, clock) "
+            "of one of grid.blocks"
         )
     replays = grid.get("replays")
     if replays and not replay_points():
         raise ValueError(
-            f"grid.replays.of = {replays['of']} selects no run of the grid: name modes, "
-            "policies, ks and objectives that grid.blocks runs"
+            f"grid.replays.of = {replays['of']} selects no wall-clock run of the grid: "
+            "name modes, policies, ks and objectives that a block without `clock` runs"
         )
     start, end = figures["window_s"]
     if not start < end:

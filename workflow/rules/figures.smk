@@ -27,7 +27,7 @@ rule figures:
     conda:
         "../envs/rlcore.yaml"
     params:
-        k_axis=config["figures"]["k_axis"],
+        k_axis=k_axis(),
         code=analysis_code("figures.py"),
     script:
         "../scripts/figures.py"
@@ -46,7 +46,7 @@ rule trace_figures:
     conda:
         "../envs/rlcore.yaml"
     params:
-        modes=grid_modes(),
+        modes=trace_modes(),
         window=config["figures"]["window_s"],
         code=analysis_code("figures.py"),
     script:

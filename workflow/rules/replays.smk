@@ -1,5 +1,6 @@
-# Counterfactual replays (docs/replay.md): each live run of grid.replays.of, replayed on its
-# own schedule under each objective of grid.replays.objectives, then compared in pairs.
+# Counterfactual replays (docs/replay.md): each live wall-clock run of grid.replays.of,
+# replayed on its own schedule under each objective of grid.replays.objectives, then compared
+# in pairs.
 
 
 rule replay:
@@ -7,12 +8,12 @@ rule replay:
     # objective the replay is a verification: it fails unless it reproduces the run bit
     # for bit.
     input:
-        run=f"{R}/runs/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
+        run=f"{R}/runs/{RUN_ID}/summary.json",
     output:
-        summary=f"{R}/replays/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/{{replayed}}/summary.json",
-        eval=f"{R}/replays/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/{{replayed}}/eval.json",
+        summary=f"{R}/replays/{REPLAY_ID}/summary.json",
+        eval=f"{R}/replays/{REPLAY_ID}/eval.json",
     log:
-        f"{R}/logs/replays/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}-{{replayed}}.log",
+        f"{R}/logs/replays/{RUN_FILE}-{{replayed}}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:

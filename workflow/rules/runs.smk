@@ -1,8 +1,8 @@
 rule run_config:
     output:
-        f"{R}/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.json",
+        f"{R}/configs/{RUN_FILE}.json",
     log:
-        f"{R}/logs/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.log",
+        f"{R}/logs/configs/{RUN_FILE}.log",
     conda:
         "../envs/rlcore.yaml"
     params:
@@ -16,13 +16,14 @@ rule run:
     # same process on the same GPUs: torch and the run's device are already set up, and the
     # Snakemake process itself never imports torch. RUNTIME_CODE covers both steps.
     input:
-        config=f"{R}/configs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.json",
+        config=f"{R}/configs/{RUN_FILE}.json",
         base=base_input,
+        hardware=hardware_input,
     output:
-        summary=f"{R}/runs/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/summary.json",
-        eval=f"{R}/runs/{{mode}}/{{policy}}/k{{k}}/{{objective}}/seed{{seed}}/eval.json",
+        summary=f"{R}/runs/{RUN_ID}/summary.json",
+        eval=f"{R}/runs/{RUN_ID}/eval.json",
     log:
-        f"{R}/logs/runs/{{mode}}-{{policy}}-k{{k}}-{{objective}}-seed{{seed}}.log",
+        f"{R}/logs/runs/{RUN_FILE}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:

@@ -8,7 +8,7 @@ from rlcore.analysis.figures import staleness as staleness_figures
 from rlcore.analysis.figures import traces as traces_of
 from rlcore.analysis.figures.length_bias import draw_length_bias, runs_by_k
 from rlcore.analysis.figures.style import MODE_LABEL
-from rlcore.analysis.tables import logged, run_row
+from rlcore.analysis.tables import WALL, logged, run_row
 
 
 def grid_figures(smk):
@@ -24,8 +24,9 @@ def grid_figures(smk):
     staleness_figures.draw_staleness(rows, out.staleness, out.staleness_svg)
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
     axis = smk.params.k_axis
+    on = "" if axis["clock"] == WALL else f", virtual clock {axis['clock']}"
     draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg,
-                     f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}")
+                     f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}{on}")
 
 
 def trace_figures(smk):

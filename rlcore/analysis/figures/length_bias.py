@@ -17,6 +17,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from rlcore.analysis.figures.style import plt, read_jsonl, save
+from rlcore.analysis.tables import WALL
 
 COUNT_KEYS = ("rows", "dropped_stale", "restarted")
 MIN_ROWS = 20  # below this a length's rates are mostly noise, so the figure leaves it out
@@ -66,12 +67,13 @@ def runs_length_counts(run_dirs: Iterable[Path]) -> dict[int, dict[str, int]]:
     return dict(sorted(total.items()))
 
 
-def runs_by_k(rows: Iterable[dict[str, Any]], mode: str, policy: str
+def runs_by_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL
               ) -> dict[int, list[Path]]:
-    """The run directories of (`mode`, `policy`) by K (sorted), from `analysis.run_row` rows."""
+    """The run directories of (`mode`, `policy`) on `clock` by K (sorted), from
+    `analysis.run_row` rows."""
     out: dict[int, list[Path]] = {}
     for r in rows:
-        if (r["mode"], r["policy"]) == (mode, policy):
+        if (r["mode"], r["policy"], r["clock"]) == (mode, policy, clock):
             out.setdefault(r["staleness_k"], []).append(Path(r["run_dir"]))
     return dict(sorted(out.items()))
 

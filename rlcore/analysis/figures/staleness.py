@@ -17,6 +17,7 @@ from rlcore.analysis.figures.style import (
     MODE_MARKER,
     Row,
     arm_colors,
+    by_clock,
     config_label,
     group_rows,
     objective_axes,
@@ -24,8 +25,9 @@ from rlcore.analysis.figures.style import (
     panel_legend,
     plt,
     save,
+    seconds_of,
 )
-from rlcore.analysis.tables import mean_ci95, quality_vs_k
+from rlcore.analysis.tables import WALL, mean_ci95, quality_vs_k
 
 
 def staleness_counts(run_dirs: Iterable[Path]) -> dict[str, dict[int, int]]:
@@ -41,11 +43,16 @@ def staleness_counts(run_dirs: Iterable[Path]) -> dict[str, dict[int, int]]:
 
 def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                             svg: str | Path) -> None:
-    """Held-out pass rate against accepted samples/s for every K: the staleness trade-off."""
-    groups = group_rows(rows)  # in K order within each (mode, policy)
-    objectives, colors = objectives_of(groups), arm_colors(groups)
-    fig, axes = objective_axes(objectives, height=4.0)
-    for objective, ax in zip(objectives, axes, strict=True):
+    """Held-out pass rate against accepted samples/s for every K: the staleness trade-off; a
+    row of panels per clock, each with its own throughput axis."""
+    every = group_rows(rows)
+    objectives, colors = objectives_of(every), arm_colors(every)
+    clocks = by_clock(rows)
+    fig, axes = objective_axes(list(clocks), objectives, height=4.0, sharex="row")
+    panels = [(clock, objective, ax, group_rows(clock_rows))  # in K order per (mode, policy)
+              for (clock, clock_rows), row in zip(clocks.items(), axes, strict=True)
+              for objective, ax in zip(objectives, row, strict=True)]
+    for clock, objective, ax, groups in panels:
         for arm, color in colors.items():
             mode, policy = arm
             points = []
@@ -68,25 +75,27 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                             ha="right" if mode == "sync" else "left")
             if len(points) > 1:
                 ax.plot(*zip(*points, strict=True), color=color, linewidth=0.8, alpha=0.6)
-        ax.set_xlabel("accepted samples per second (throughput)")
-    axes[0].set_ylabel("held-out sampled pass rate")
-    fig.legend(*panel_legend(axes), loc="outside right center", fontsize=8,
+        ax.set_xlabel(f"accepted samples per second ({seconds_of(clock)})")
+    for row in axes:
+        row[0].set_ylabel("held-out sampled pass rate")
+    fig.legend(*panel_legend(axes.flat), loc="outside right center", fontsize=8,
                title="mean ± 95% CI\nover seeds", title_fontsize=7)
     save(fig, png, svg)
 
 
 def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Staleness of accepted and stale-dropped samples, one panel per asynchronous
-    (mode, policy, K)."""
-    by_config: dict[tuple[str, str, int], list[Path]] = {}
-    groups = group_rows(rows)
-    colors = arm_colors(groups)
-    for (mode, policy, k, _), members in groups.items():
-        if mode != "sync":
-            by_config.setdefault((mode, policy, k), []).extend(
-                Path(r["run_dir"]) for r in members)
+    (mode, policy, K) and clock."""
+    by_config: dict[tuple[str, str, int, str], list[Path]] = {}
+    colors = arm_colors(group_rows(rows))
+    for clock, clock_rows in by_clock(rows).items():
+        for (mode, policy, k, _), members in group_rows(clock_rows).items():
+            if mode != "sync":
+                by_config.setdefault((mode, policy, k, clock), []).extend(
+                    Path(r["run_dir"]) for r in members)
     if not by_config:  # a sync-only grid: one panel of its samples, all of staleness 0
-        by_config = {("sync", rows[0]["policy"], 0): [Path(r["run_dir"]) for r in rows]}
+        by_config = {("sync", rows[0]["policy"], 0, rows[0]["clock"]):
+                     [Path(r["run_dir"]) for r in rows]}
     configs = list(by_config)
     cols = min(4, len(configs))
     n_rows = -(-len(configs) // cols)
@@ -94,8 +103,8 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                              layout="constrained")
     for ax in axes.flat[len(configs):]:
         ax.set_visible(False)
-    for ax, (mode, policy, k) in zip(axes.flat, configs, strict=False):
-        counts = staleness_counts(by_config[(mode, policy, k)])
+    for ax, (mode, policy, k, clock) in zip(axes.flat, configs, strict=False):
+        counts = staleness_counts(by_config[(mode, policy, k, clock)])
         total = sum(counts["accepted"].values()) + sum(counts["dropped_stale"].values())
         xs = list(range(max([k + 1, *counts["accepted"], *counts["dropped_stale"]]) + 1))
         for kind, offset, color, label in (
@@ -108,7 +117,9 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
         ax.axvline(k + 0.5, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xticks(xs)
         dropped = sum(counts["dropped_stale"].values()) / max(total, 1)
-        ax.set_title(f"{config_label(mode, policy, k)} (dropped {dropped:.1%})", fontsize=9)
+        on = "" if clock == WALL else f"\nvirtual clock: {clock}"
+        ax.set_title(f"{config_label(mode, policy, k)} (dropped {dropped:.1%}){on}",
+                     fontsize=9)
         ax.set_xlabel("staleness (policy versions)")
         ax.set_ylabel("share of scored samples")
     axes.flat[0].legend(fontsize=7, title="dashed: bound K", title_fontsize=7)
@@ -120,10 +131,11 @@ OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e729
 
 
 def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
-                      mode: str, policy: str) -> None:
+                      mode: str, policy: str, clock: str = WALL) -> None:
     """AReaL's Table 2 as a figure: held-out pass rate against K per objective, for one
-    asynchronous (mode, policy), with sync as the on-policy reference (dashed)."""
-    table = quality_vs_k(rows, mode, policy)
+    asynchronous (mode, policy) on one clock, with sync as the on-policy reference
+    (dashed)."""
+    table = quality_vs_k(rows, mode, policy, clock)
     fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
     all_ks: set[int] = set()
     sync_drawn: set[float] = set()
@@ -144,7 +156,8 @@ def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
                        linewidth=0.9, linestyle="--")
             sync_drawn.add(row["sync/mean"])
     ax.set_xticks(sorted(all_ks))
-    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)}, policy {policy})")
+    on = "" if clock == WALL else f", virtual clock {clock}"
+    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)}, policy {policy}{on})")
     ax.set_ylabel("held-out sampled pass rate")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, title="mean ± 95% CI over seeds\ndashed: sync (on-policy)",

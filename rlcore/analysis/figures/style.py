@@ -3,6 +3,8 @@ modes, policies and K, grouping run rows into configurations, and saving PNG and
 
 A configuration is a (mode, policy, K, objective) tuple; curves and bars are means over seeds
 with 95% t intervals (`rlcore.analysis.tables.mean_ci95`), the same statistics as the tables.
+Runs of different clocks (the rows' `clock`: `wall`, or a virtual clock's hardware profile)
+are drawn in panels of their own (`by_clock`): their seconds are different quantities.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 
@@ -19,7 +21,13 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from rlcore.algo.metrics import moving_average  # noqa: E402
-from rlcore.analysis.tables import group_order, mean_ci95, run_policy  # noqa: E402
+from rlcore.analysis.tables import (  # noqa: E402
+    WALL,
+    clock_order,
+    group_order,
+    mean_ci95,
+    run_policy,
+)
 from rlcore.record.rundir import read_jsonl  # noqa: E402
 
 MODE_LABEL = {"sync": "sync", "async": "threaded async", "areal": "AReaL-style"}
@@ -63,6 +71,24 @@ def run_key(run_dir: Path) -> Config:
 
 
 Row = dict[str, Any]  # one run's figures, as `rlcore.analysis.tables.run_row` gives them
+
+
+def by_clock(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """Runs by clock, wall-clock runs first, then virtual ones by profile name."""
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault(r["clock"], []).append(r)
+    return {c: out[c] for c in sorted(out, key=clock_order)}
+
+
+def clock_title(clock: str) -> str:
+    """A panel's title for the runs of one clock."""
+    return "wall clock (this machine)" if clock == WALL else f"virtual clock: {clock}"
+
+
+def seconds_of(clock: str) -> str:
+    """Which seconds a clock counts, for axis labels."""
+    return "wall clock" if clock == WALL else f"virtual: {clock}"
 
 
 def group_rows(rows: Iterable[Row]) -> dict[Config, list[Row]]:
@@ -134,12 +160,33 @@ def line_style(color: Any, k: int, ks: Sequence[int]) -> dict[str, Any]:
     return {"color": color, "linestyle": K_LINESTYLE[ks.index(k) % 4]}
 
 
-def objective_axes(objectives: Sequence[str], height: float = 3.6, sharey: bool = True):
-    fig, axes = plt.subplots(1, len(objectives), figsize=(5.2 * len(objectives), height),
-                             sharey=sharey, squeeze=False, layout="constrained")
-    for ax, objective in zip(axes[0], objectives, strict=True):
-        ax.set_title(f"objective: {objective}")
-        ax.grid(alpha=0.3)
+def objective_axes(clocks: Sequence[str], objectives: Sequence[str], height: float = 3.6,
+                   sharex: bool | Literal["row"] = False):
+    """A row of panels per clock and a column per objective, sharing y: `axes[i][j]` is clock
+    i's panel of objective j. Titles name the clock when there is more than one."""
+    fig, axes = plt.subplots(len(clocks), len(objectives),
+                             figsize=(5.2 * len(objectives), height * len(clocks)),
+                             sharex=sharex, sharey=True, squeeze=False, layout="constrained")
+    for row, clock in zip(axes, clocks, strict=True):
+        for ax, objective in zip(row, objectives, strict=True):
+            title = f"objective: {objective}"
+            ax.set_title(title if len(clocks) == 1 else f"{clock_title(clock)}\n{title}")
+            ax.grid(alpha=0.3)
+    return fig, axes
+
+
+def clock_panels(widths: dict[str, int], per_config: float, height: float
+                 ) -> tuple[Any, Any]:
+    """A figure with a panel per clock side by side (`widths`: clock -> configurations its
+    panel shows), each as wide as its configurations need, with its own y axis: seconds of
+    different clocks share no scale."""
+    fig, axes = plt.subplots(1, len(widths), squeeze=False, layout="constrained",
+                             width_ratios=[max(w, 2) for w in widths.values()],
+                             figsize=(max(6.0, per_config * sum(widths.values())
+                                          + 2 * len(widths)), height))
+    for ax, clock in zip(axes[0], widths, strict=True):
+        if len(widths) > 1:
+            ax.set_title(clock_title(clock), fontsize=9)
     return fig, axes[0]
 
 
@@ -154,7 +201,7 @@ def arm_ks(groups: dict[Config, list[Row]]) -> dict[tuple[str, str], list[int]]:
     return {a: sorted(v) for a, v in ks.items()}
 
 
-def panel_legend(axes: Sequence[Any]) -> tuple[list[Any], list[str]]:
+def panel_legend(axes: Iterable[Any]) -> tuple[list[Any], list[str]]:
     """Every labelled line of every panel once: a configuration may be missing from some."""
     handles: list[Any] = []
     labels: list[str] = []
