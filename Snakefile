@@ -19,6 +19,7 @@ include: "workflow/rules/runs.smk"
 include: "workflow/rules/replays.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/plans.smk"
 
 
 rule all:

@@ -8,6 +8,8 @@ packages, not lists of modules, so a new or moved module is counted without an e
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
             the packages that only read finished runs (`analysis/`), measure them
             (`measure/`) or predict them (`plan/`): the runs and the replays;
+  plan      the runtime part and `rlcore/plan/`: the planner's predictions, whose roles'
+            twins use the runtime's scheduler, admission and rules;
   analysis  `rlcore/analysis/`: the tables and figures, with the rule's own script.
 What analysis imports from below it (`algo/`, `record/`, `config/`) is runtime code, whose
 edits rerun the runs that every table and figure takes as input. `tests/test_code_digest.py`
@@ -46,6 +48,11 @@ def runtime_files(root: Path) -> list[Path]:
     skip = tuple(package / name for name in NOT_RUNTIME)
     return [p for p in _package_files(package)
             if not any(p.is_relative_to(s) for s in skip)]
+
+
+def plan_files(root: Path) -> list[Path]:
+    """The files a plan depends on, below the source tree `root`."""
+    return runtime_files(root) + _package_files(root / PACKAGE / "plan")
 
 
 def analysis_files(root: Path) -> list[Path]:

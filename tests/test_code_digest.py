@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.code_digest import analysis_files, base_files, digest, runtime_files
+from rlcore.code_digest import analysis_files, base_files, digest, plan_files, runtime_files
 from tests.import_graph import ROOT, closure, import_graph, imported, modules
 
 # The functions of rlcore/cli.py each job's command runs (besides main, entry and the parser).
-COMMANDS = {"run": ("_run",), "replay": ("_replay",), "base_model": ("_build_base",)}
+COMMANDS = {"run": ("_run",), "replay": ("_replay",), "base_model": ("_build_base",),
+            "plan": ("_plan",)}
 ALWAYS = ("main", "entry", "build_parser")
 
 
@@ -45,6 +46,12 @@ def test_run_and_replay_jobs_import_only_runtime_code(rule: str):
             "rlcore.evaluation"} <= reached or rule == "replay"
     assert {"rlcore.replay.replayer", "rlcore.evaluation"} <= reached or rule == "run"
     assert outside(reached, runtime_files(ROOT)) == []
+
+
+def test_plan_job_imports_only_plan_code():
+    reached = closure(command_imports(COMMANDS["plan"]), import_graph())
+    assert "rlcore.plan.roles" in reached
+    assert outside(reached, plan_files(ROOT)) == []
 
 
 def test_base_model_job_imports_only_base_code():

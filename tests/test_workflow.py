@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlcore.clock.profile import profile_path
+from rlcore.clock.profile import HARDWARE_DIR, profile_path
 from rlcore.policy.stand_in import build_stand_in
 from tests.conftest import small_config
 
@@ -27,7 +27,7 @@ BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
            "quality_throughput", "quality_vs_k", "staleness", "length_bias", "queue_depth",
-           "worker_activity", "quality_vs_k_replayed")
+           "worker_activity", "quality_vs_k_replayed", "plan_vs_measured")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -323,13 +323,13 @@ def test_a_virtual_block_runs_under_its_profile_in_paths_that_name_it(tmp_path: 
 
 
 def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):
-    """Every output of the grid made by hand and dated before the profile's last edit, as if
-    the grid had run and the profile were then edited: the virtual run is stale, with what
-    consumes it, and no wall run is."""
+    """Every output of the grid made by hand after every profile's last edit, then the V100
+    profile edited (its modification time moved on, and put back after): the virtual run is
+    stale, with what consumes it, and no wall run is, nor the plan priced by cpu-2core."""
     write_config(tmp_path, with_virtual_block(small_pipeline_config()))
     plan = snakemake(tmp_path, "-n")
     assert plan.returncode == 0, plan.stderr[-2000:]
-    before_edit = profile_path(V100).stat().st_mtime - 60
+    before_edit = max(p.stat().st_mtime for p in HARDWARE_DIR.glob("*.yaml")) + 1
     for job in planned_job_blocks(plan):
         for output in filter(None, job.get("output", "").split(", ")):
             path = tmp_path / output
@@ -339,8 +339,15 @@ def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
             os.utime(path, (before_edit, before_edit))
-    # by modification times only: hand-made outputs have no record of the code that made them
-    result = snakemake(tmp_path, "-n", "--rerun-triggers", "mtime")
+    v100 = profile_path(V100)
+    saved = v100.stat()
+    os.utime(v100, (before_edit + 60, before_edit + 60))
+    try:
+        # by modification times only: hand-made outputs have no record of the code that
+        # made them
+        result = snakemake(tmp_path, "-n", "--rerun-triggers", "mtime")
+    finally:
+        os.utime(v100, ns=(saved.st_atime_ns, saved.st_mtime_ns))
     stale = [j for j in planned_job_blocks(result) if j["rule"] == "run"]
     assert [j["wildcards"] for j in stale] == [
         f"clock={V100}, mode=areal, policy=paper, k=1, objective=pg, seed=0"]
@@ -349,7 +356,8 @@ def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):
 
 @pytest.fixture
 def source_copy(tmp_path: Path) -> Path:
-    """A copy of the workflow and the package sources whose digests the Snakefile takes."""
+    """A copy of the workflow and the package sources whose digests the Snakefile takes, and
+    the hardware profiles."""
     copy = tmp_path / "src"
     copy.mkdir()
     for name in ("Snakefile", "workflow", "rlcore", "reports"):
@@ -360,6 +368,8 @@ def source_copy(tmp_path: Path) -> Path:
         else:
             shutil.copy2(src, copy / name)
     (copy / "environment.yml").write_text((ROOT / "environment.yml").read_text())
+    # the hardware profiles, which the package reads beside itself (clock/profile.py)
+    shutil.copytree(ROOT / "config" / "hardware", copy / "config" / "hardware")
     return copy
 
 
@@ -389,14 +399,17 @@ def append_comment(path: Path) -> None:
     path.write_text(path.read_text() + "\n# an edit\n")
 
 
-ALL_BUT_BASE = {"run", "replay", "tables", "figures", "trace_figures", "replay_table"}
+ALL_BUT_BASE = {"run", "replay", "tables", "figures", "trace_figures", "replay_table",
+                "plan_k_sweep", "plan_figure"}
+ANALYSIS = {"tables", "figures", "trace_figures", "replay_table", "plan_figure"}
 
 
 @pytest.mark.parametrize(("edited", "rerun"), [
     ("measure/smoke.py", set()),  # measures; no job imports it
     ("measure/bench.py", set()),
-    ("analysis/figures/style.py", {"tables", "figures", "trace_figures", "replay_table"}),
-    ("analysis/tables.py", {"tables", "figures", "trace_figures", "replay_table"}),
+    ("analysis/figures/style.py", ANALYSIS),
+    ("analysis/tables.py", ANALYSIS),
+    ("plan/roles.py", {"plan_k_sweep", "plan_figure"}),  # predicts; no run imports it
     ("algo/objectives.py", ALL_BUT_BASE),
     ("runners/asynchronous/controller.py", ALL_BUT_BASE),
     ("policy/tiny.py", {"base_model"} | ALL_BUT_BASE),
@@ -426,7 +439,8 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
             for kind, run_id in [*(("runs", r) for r in RUN_IDS),
                                  *(("replays", f"{RUN_IDS[1]}/{o}") for o in ("pg", "decoupled"))]
             for name in ("summary.json", "eval.json")}
-    assert params_changed(pipeline, source_copy) == runs | (
+    # the plan's digest holds the runtime's, which holds both modules
+    assert params_changed(pipeline, source_copy) == runs | {"results/plans/k_sweep.json"} | (
         {"models/tiny"} if builds_base else set())
     jobs = plan_with_sources(pipeline, source_copy)
     assert jobs.get("run") == 2 and jobs.get("tables") == 1

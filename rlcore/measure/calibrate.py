@@ -238,8 +238,11 @@ def time_controller(cfg: RunConfig, reps: int, answer_s: float) -> Fit:
     trainer, pickled), for rollout messages of a quarter, half and a whole batch of samples
     of realistic lengths, and the update reports the batches bring back; less `answer_s`
     per sample, since rewards are their own term."""
-    cfg = dataclasses.replace(cfg, staleness=dataclasses.replace(
-        cfg.staleness, staleness_k=10**6, staleness_control="filter"))
+    # no staleness drop, no throttle, and never done: every message is handled in full
+    cfg = dataclasses.replace(
+        cfg, staleness=dataclasses.replace(cfg.staleness, staleness_k=10**6,
+                                           staleness_control="filter"),
+        train=dataclasses.replace(cfg.train, updates=10**9))
     clock = StampClock()
     b, rng = cfg.train.update_batch_size, random.Random(4)
     prompt = [1] * 8

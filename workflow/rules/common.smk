@@ -3,11 +3,18 @@ import copy
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.utils import validate
 
 from rlcore.clock.profile import HARDWARE_DIR, load_profile, profile_path
-from rlcore.code_digest import analysis_files, base_files, digest, runtime_files
+from rlcore.code_digest import (
+    analysis_files,
+    base_files,
+    digest,
+    plan_files,
+    runtime_files,
+)
 from rlcore.config import MODES, config_from_dict
 from rlcore.errors import ConfigError
 from rlcore.policy.model_dir import missing_model_files
@@ -26,6 +33,7 @@ R = config["results"]  # every output lives below this directory
 SOURCES = Path(workflow.basedir)
 BASE_CODE = digest(SOURCES, base_files(SOURCES))
 RUNTIME_CODE = digest(SOURCES, runtime_files(SOURCES))
+PLAN_CODE = digest(SOURCES, plan_files(SOURCES))
 
 
 def analysis_code(script):
@@ -224,6 +232,48 @@ def k_axis():
     return {**axis, "clock": clock_name(axis["clock"])}
 
 
+def k_axis_points():
+    """The grid points of figures.k_axis's arm (its mode, policy and clock)."""
+    axis = k_axis()
+    return [
+        p
+        for p in grid_points()
+        if (p["mode"], p["policy"], p["clock"])
+        == (axis["mode"], axis["policy"], axis["clock"])
+    ]
+
+
+def plan_point():
+    """The run the planned K sweep starts from (its config, and its response lengths): the
+    k_axis arm's pg run (else its first objective's) at the lowest seed and K."""
+    return min(
+        k_axis_points(), key=lambda p: (p["objective"] != "pg", p["seed"], p["k"])
+    )
+
+
+def plan_runs():
+    """summary.json of every run the planned sweep is set beside: the k_axis arm's runs of
+    the plan point's objective, every K and seed."""
+    objective = plan_point()["objective"]
+    return [
+        f"{R}/runs/{RUN_ID.format(**p)}/summary.json"
+        for p in k_axis_points()
+        if p["objective"] == objective
+    ]
+
+
+def plan_ks():
+    """The K values of the k_axis arm, as `rlcore plan --sweep` takes them."""
+    return ",".join(str(k) for k in sorted({p["k"] for p in k_axis_points()}))
+
+
+def plan_profile():
+    """The digest of the costs the plan prices with (the plan point's hardware profile): a
+    parameter, so an edit of those costs reruns the plan wherever the sources are."""
+    settings = run_settings(SimpleNamespace(**plan_point()))
+    return load_profile(settings["runtime"]["hardware"]).digest()
+
+
 def check_clock(where, clock):
     """A `clock` setting names `wall` or a hardware profile under config/hardware/ whose
     `name` is its file name (the name virtual runs record, which the tables show)."""
@@ -340,6 +390,7 @@ FIGURES = (
     "length_bias",
 )
 TRACE_FIGURES = ("queue_depth", "worker_activity")
+PLAN_FIGURES = ("plan_vs_measured",)
 
 
 def figure(name, subcategory):
@@ -375,9 +426,10 @@ def all_outputs():
         f"{R}/tables/k_sweep.md",
         f"{R}/tables/quality_vs_k.csv",
         f"{R}/tables/quality_vs_k.md",
+        f"{R}/plans/k_sweep.json",
         *(
             f"{R}/figures/{name}.{ext}"
-            for name in FIGURES + TRACE_FIGURES
+            for name in FIGURES + TRACE_FIGURES + PLAN_FIGURES
             for ext in ("png", "svg")
         ),
     ]

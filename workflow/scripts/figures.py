@@ -1,12 +1,14 @@
 """The paper's figures from the runs (rlcore.analysis.figures); one script for both figure
 rules."""
 
+import json
 from pathlib import Path
 
 from rlcore.analysis.figures import learning as figures
 from rlcore.analysis.figures import staleness as staleness_figures
 from rlcore.analysis.figures import traces as traces_of
 from rlcore.analysis.figures.length_bias import draw_length_bias, runs_by_k
+from rlcore.analysis.figures.planner import draw_plan_vs_measured
 from rlcore.analysis.figures.style import MODE_LABEL
 from rlcore.analysis.tables import WALL, logged, run_row
 
@@ -38,5 +40,12 @@ def trace_figures(smk):
                                    out.worker_activity_svg)
 
 
-RULES = {"figures": grid_figures, "trace_figures": trace_figures}
+def plan_figure(smk):
+    plans = json.loads(Path(smk.input.plans).read_text())
+    out = smk.output
+    draw_plan_vs_measured(plans, [Path(p).parent for p in smk.input.summaries],
+                          out.plan_vs_measured, out.plan_vs_measured_svg, **smk.params.k_axis)
+
+
+RULES = {"figures": grid_figures, "trace_figures": trace_figures, "plan_figure": plan_figure}
 logged(snakemake.log[0], RULES[snakemake.rule], snakemake)  # noqa: F821 - injected by Snakemake

@@ -1,0 +1,41 @@
+# The capacity planner's K sweep (`rlcore plan`, docs/virtual_clock.md) beside the measured
+# one: what the schedule of the k_axis arm would do at each K without a model, priced by the
+# arm's hardware profile, with response lengths from one of its runs.
+
+
+rule plan_k_sweep:
+    input:
+        config=f"{R}/configs/{RUN_FILE.format(**plan_point())}.json",
+        run=f"{R}/runs/{RUN_ID.format(**plan_point())}/summary.json",
+    output:
+        f"{R}/plans/k_sweep.json",
+    log:
+        f"{R}/logs/plan_k_sweep.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        ks=plan_ks(),
+        run_dir=lambda wildcards, input: os.path.dirname(input.run),
+        code=PLAN_CODE,
+        profile=plan_profile(),
+    shell:
+        "rlcore plan {input.config} --sweep staleness.staleness_k={params.ks} "
+        "--lengths {params.run_dir} --out {output} > {log} 2>&1"
+
+
+rule plan_figure:
+    input:
+        plans=f"{R}/plans/k_sweep.json",
+        summaries=plan_runs(),
+    output:
+        plan_vs_measured=figure("plan_vs_measured", "Staleness"),
+        plan_vs_measured_svg=f"{R}/figures/plan_vs_measured.svg",
+    log:
+        f"{R}/logs/plan_figure.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        k_axis=k_axis(),
+        code=analysis_code("figures.py"),
+    script:
+        "../scripts/figures.py"
