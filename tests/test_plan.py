@@ -14,9 +14,10 @@ from rlcore.cli import main
 from rlcore.clock.work import Decode, Prefill, Work
 from rlcore.config import config_from_dict
 from rlcore.errors import ConfigError
+from rlcore.plan.controller import update_tokens
 from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
 from rlcore.plan.planner import plan, workload
-from rlcore.plan.roles import LengthSampler, update_tokens
+from rlcore.plan.sampler import LengthSampler
 from rlcore.record.timing import run_timing, stale_drop_rate, total_variation
 from rlcore.runners import run_mode
 from tests.test_virtual_clock import virtual_config

@@ -337,7 +337,7 @@ def test_a_virtual_run_replays_bit_for_bit(tiny_model_dir: Path, tmp_path: Path)
 
 class TestCalibrate:
     def test_nonnegative_least_squares_by_hand(self):
-        from rlcore.measure.calibrate import nonneg_lstsq
+        from rlcore.measure.timings import nonneg_lstsq
 
         # y = 2 + 3x exactly: both coefficients found, no residual
         fit = nonneg_lstsq([[1, 0], [1, 1], [1, 2]], [2, 5, 8])

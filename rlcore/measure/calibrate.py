@@ -1,40 +1,22 @@
 """`rlcore calibrate`: time each cost term of the virtual clock on this machine, fit a profile.
 
-Every term is timed through the code that charges it (`rlcore/clock/work.py`): a sampler's
-prefill and chunks, `HFPolicy.update`, the weight slots' write and read, the reward
-harness, the controller's message handler and the parameter service's commit. A
-`StampClock` stands in for the wall clock and stamps each piece of work as it is charged, so
-the sizes the fit sees are exactly those a virtual run will be charged for. Each term is fit
-by least squares with non-negative coefficients over a few sizes and repetitions, and its
-relative residual printed. The interpreter-lock share of decode, prefill and update is
-measured by running the same work on two threads at once against one alone; what the cores
-share, by timing decode beside an update loop in another process on the other core, and
-the reverse, against each alone.
+The terms are timed and fit in `timings.py`. What concurrent work shares is measured in
+`sharing.py`: the interpreter-lock share of decode, prefill and update, by running the same
+work on two threads at once against one alone; what the cores share, by timing decode
+beside an update loop in another process on the other core, and the reverse, against each
+alone. `write_profile` writes the result with the fit report at its head.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import multiprocessing
-import os
-import pickle
 import platform
-import queue
-import random
-import statistics
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
 
-from rlcore.clock.clock import WallClock
 from rlcore.clock.profile import (
     CommitCost,
     ControllerCost,
@@ -45,372 +27,18 @@ from rlcore.clock.profile import (
     RewardCost,
     TokenCost,
 )
-from rlcore.clock.work import Decode, Prefill, Update, Work
-from rlcore.config import RunConfig, config_from_dict
-from rlcore.policy.device import resolve_device, set_threads
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
-from rlcore.policy.sampler import Draws
-from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
-from rlcore.record.schedule import GenerationRecord
-from rlcore.runners.asynchronous.controller import Controller
-from rlcore.runners.asynchronous.messages import (
-    CommitRequest,
-    Event,
-    RolloutBatch,
-    SampleMsg,
-    UpdateDone,
+from rlcore.config import RunConfig
+from rlcore.measure.sharing import concurrent_slowdown, decode_work, gil_share, update_work
+from rlcore.measure.timings import (
+    Fit,
+    time_commit,
+    time_controller,
+    time_rewards,
+    time_sampling,
+    time_updates,
+    time_weights,
 )
-from rlcore.runners.asynchronous.param_service import ParamService
-from rlcore.runners.asynchronous.vehicles import Threads
-from rlcore.runners.asynchronous.weight_slots import WeightSlots, trainable_spec
-from rlcore.runners.common import preflight
-from rlcore.tasks.reward import evaluate_response
-
-BATCHES = (1, 4, 8, 16)
-PROMPTS = (4, 16, 48)  # prompt widths in tokens
-STEPS = 24  # decode steps per sampler, in chunks of CHUNK
-CHUNK = 4
-
-
-class StampClock(WallClock):
-    """The wall clock, stamping each charged piece of work with the seconds since the last
-    stamp (or `mark`)."""
-
-    def __init__(self) -> None:
-        self.stamps: list[tuple[Work, float]] = []
-        self._t = time.perf_counter()
-
-    def mark(self) -> None:
-        self._t = time.perf_counter()
-
-    def charge(self, work: Work) -> None:
-        t = time.perf_counter()
-        self.stamps.append((work, t - self._t))
-        self._t = t
-
-    def take(self) -> list[tuple[Work, float]]:
-        out, self.stamps = self.stamps, []
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Fit:
-    """Coefficients of one term, and how well they explain what was timed."""
-
-    coef: tuple[float, ...]
-    residual: float  # root-mean-square error over the mean time: 0.05 is 5 %
-    n: int
-
-
-def nonneg_lstsq(x: Sequence[Sequence[float]], y: Sequence[float]) -> Fit:
-    """Least squares with coefficients >= 0: refit without the most negative one until none
-    is left (an active-set method small enough for three features)."""
-    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    active = list(range(a.shape[1]))
-    coef = np.zeros(a.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
-        if (sol >= 0).all():
-            coef[:] = 0
-            coef[active] = sol
-            break
-        active.pop(int(np.argmin(sol)))
-    rms = float(np.sqrt(np.mean((a @ coef - b) ** 2)))
-    return Fit(tuple(float(c) for c in coef), rms / float(np.mean(b)), len(b))
-
-
-def _ids(policy: HFPolicy, n: int, rng: random.Random) -> list[int]:
-    """n token ids that are not stop tokens (a sampler's cost does not depend on them)."""
-    vocab = policy.model.config.vocab_size
-    ids = [i for i in range(vocab) if i not in policy.stop_ids and i != policy.pad_id]
-    return [rng.choice(ids) for _ in range(n)]
-
-
-def time_sampling(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
-    """Decode (steps, rows, row x context) and prefill (calls, tokens) on the rollout device."""
-    clock = StampClock()
-    policy = HFPolicy(cfg.model, cfg.train, role="rollout", clock=clock)
-    policy.stop_ids = set()  # every row decodes every step: contexts up to the longest
-    rng = random.Random(0)
-    decode: list[tuple[Decode, float]] = []
-    prefill: list[tuple[Prefill, float]] = []
-    for rep in range(reps + 1):  # the first pass warms up and is not fit
-        for b in BATCHES:
-            for width in PROMPTS:
-                prompts = [_ids(policy, width, rng) for _ in range(b)]
-                clock.mark()
-                s = policy.sampler(prompts, max_new_tokens=STEPS, temperature=1.0,
-                                   draws=Draws(rep, [(i, 0) for i in range(b)]))
-                while not s.done:
-                    s.step(CHUNK)
-                if rep:
-                    for work, sec in clock.take():
-                        if isinstance(work, Decode) and work.steps:
-                            decode.append((work, sec))
-                        elif isinstance(work, Prefill):
-                            prefill.append((work, sec))
-                clock.take()
-    return (nonneg_lstsq([[w.steps, w.rows, w.row_context] for w, _ in decode],
-                         [s for _, s in decode]),
-            nonneg_lstsq([[w.calls, w.tokens] for w, _ in prefill], [s for _, s in prefill]))
-
-
-def _train_batch(policy: HFPolicy, rows: int, prompt: int, response: int,
-                 rng: random.Random) -> TrainBatch:
-    return TrainBatch(
-        prompt_ids=[_ids(policy, prompt, rng) for _ in range(rows)],
-        response_ids=[_ids(policy, response, rng) for _ in range(rows)],
-        behav_logprobs=[[-1.0] * response for _ in range(rows)],
-        versions=[[0] * response for _ in range(rows)],
-        advantages=[rng.uniform(-1, 1) for _ in range(rows)])
-
-
-def time_updates(cfg: RunConfig, reps: int) -> Fit:
-    """An update (calls, padded tokens) on the trainer device, at a few batch shapes."""
-    clock = StampClock()
-    policy = HFPolicy(cfg.model, cfg.train, role="trainer", clock=clock)
-    rng = random.Random(1)
-    m = cfg.train.minibatches
-    shapes = [(rows, p, r) for rows in (max(m, 4), max(m, 16), max(m, 32))
-              for p, r in ((6, 3), (16, 16), (32, 48))]
-    points: list[tuple[Update, float]] = []
-    for rep in range(reps + 1):
-        for rows, p, r in shapes:
-            batch = _train_batch(policy, rows, p, r, rng)
-            clock.mark()
-            policy.update(batch, temperature=1.0, current_version=0)
-            stamps = clock.take()
-            if rep:
-                points += [(w, s) for w, s in stamps if isinstance(w, Update)]
-    return nonneg_lstsq([[1.0, w.tokens] for w, _ in points], [s for _, s in points])
-
-
-def time_weights(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
-    """Writing and reading a weight slot: (1, GB) for the model and for 4x and 16x its size."""
-    spec = trainable_spec(cfg.model.path)
-    writes: list[tuple[float, float]] = []
-    reads: list[tuple[float, float]] = []
-    for scale in (1, 4, 16):
-        big = [(f"{n}.{i}", shape, dtype) for i in range(scale) for n, shape, dtype in spec]
-        slots = WeightSlots(big, 2, Threads().locked_array(4), shared=True)
-        src = [torch.randn(shape).to(dtype) for _, shape, dtype in big]
-        dst = [torch.empty(shape, dtype=dtype) for _, shape, dtype in big]
-        gb = slots.nbytes / 1e9
-        slots.write(0, src)
-        slots.publish(0, 0)
-        for rep in range(reps + 1):
-            t0 = time.perf_counter()
-            slots.write(1, src)
-            t1 = time.perf_counter()
-            slots.read_into(dst)
-            t2 = time.perf_counter()
-            if rep:
-                writes.append((gb, t1 - t0))
-                reads.append((gb, t2 - t1))
-    return (nonneg_lstsq([[1.0, g] for g, _ in writes], [s for _, s in writes]),
-            nonneg_lstsq([[1.0, g] for g, _ in reads], [s for _, s in reads]))
-
-
-def time_rewards(cfg: RunConfig, n: int) -> float:
-    """Seconds to score one answer (the median of n, over the training tasks)."""
-    tasks = [t for t in preflight(cfg) if t.kind != "code"]
-    if not tasks:
-        return 0.0
-    times = []
-    for i in range(n):
-        task = tasks[i % len(tasks)]
-        t0 = time.perf_counter()
-        evaluate_response(f"the answer is {i}", task, cfg.reward)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-class _PicklingQueue(queue.Queue[Any]):
-    """An in-process queue that pickles what is put, as the process vehicle's pipes do."""
-
-    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
-        super().put(pickle.loads(pickle.dumps(obj)), block, timeout)
-
-
-def time_controller(cfg: RunConfig, reps: int, answer_s: float) -> Fit:
-    """What the controller's process spends per message as a run drives it: unpickling a
-    message, handling it and the dispatch that follows (prompts to rollout, batches to the
-    trainer, pickled), for rollout messages of a quarter, half and a whole batch of samples
-    of realistic lengths, and the update reports the batches bring back; less `answer_s`
-    per sample, since rewards are their own term."""
-    # no staleness drop, no throttle, and never done: every message is handled in full
-    cfg = dataclasses.replace(
-        cfg, staleness=dataclasses.replace(cfg.staleness, staleness_k=10**6,
-                                           staleness_control="filter"),
-        train=dataclasses.replace(cfg.train, updates=10**9))
-    clock = StampClock()
-    b, rng = cfg.train.update_batch_size, random.Random(4)
-    prompt = [1] * 8
-    response = max(1, cfg.rollout.max_new_tokens // 2)
-    channels = SimpleNamespace(inbox=queue.Queue(), prompt_q=_PicklingQueue(),
-                               trainer_qs=[_PicklingQueue()], counters=[0, 0])
-    points: list[tuple[int, float]] = []
-
-    def timed(msg: Any, samples: int, keep: bool) -> None:
-        blob = pickle.dumps(msg)
-        clock.take()
-        t0 = time.perf_counter()
-        ctl.on_message(pickle.loads(blob))
-        ctl.pump()
-        elapsed = time.perf_counter() - t0
-        if keep:
-            points.append((samples, elapsed - samples * answer_s))
-
-    with tempfile.TemporaryDirectory() as tmp:
-        ledger = RunLedger(cfg, Path(tmp) / "run", clock=clock)
-        try:
-            ctl = Controller(cfg, preflight(cfg), ledger, channels, 1)
-            ledger.start_clock()
-            ctl.pump()
-            held: list[Any] = []
-            for rep in range(reps + 1):
-                for size in (b // 4, b // 2, b):
-                    while len(held) < size:
-                        ctl.pump()
-                        while not channels.prompt_q.empty():
-                            held += channels.prompt_q.get_nowait()
-                    slots, held = held[:size], held[size:]
-                    msg = RolloutBatch("rollout0", samples=[SampleMsg(
-                        s, prompt, [rng.randrange(2, 20) for _ in range(response)],
-                        [-1.0] * response, [ctl.version()] * response, True, "7",
-                        "rollout0", clock.now()) for s in slots])
-                    # what a rollout message also carries: its schedule record and busy span
-                    msg.generation = GenerationRecord(
-                        "rollout0", [(s.slot_id, s.attempt, s.group_id) for s in slots],
-                        ctl.version())
-                    msg.generation.chunks = max(1, response // cfg.rollout.chunk_tokens)
-                    msg.events.append(Event("span", clock.now(), {
-                        "worker": "rollout0", "role": "rollout", "start": clock.now(),
-                        "end": clock.now(), "samples": size}))
-                    timed(msg, size, keep=rep > 0)
-                    while not channels.trainer_qs[0].empty():
-                        req = channels.trainer_qs[0].get_nowait()
-                        now = clock.now()
-                        timed(UpdateDone(0, req.batch_id, True, ctl.version() + 1,
-                                         req.base_version, "", dict(IN_PLACE_COMMIT), now, now,
-                                         0.0), 0, keep=rep > 0)
-        finally:
-            ledger.close()
-    return nonneg_lstsq([[1.0, n] for n, _ in points], [s for _, s in points])
-
-
-def time_commit(cfg: RunConfig, n: int) -> float:
-    """The parameter service deciding a commit (the median of n)."""
-    spec = trainable_spec(cfg.model.path)
-    slots = WeightSlots(spec, 2, Threads().locked_array(4), shared=False)
-    slots.publish(0, 0)
-    service = ParamService(slots, StampClock())
-    times = []
-    for i in range(n):
-        req = CommitRequest(0, i, 1 - i % 2, i, True, {}, 0.0, 0.0, ())
-        t0 = time.perf_counter()
-        service.commit(req)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def gil_share(make: Callable[[], Callable[[], None]], n: int) -> float:
-    """How much of some work holds the interpreter lock: two threads doing it at once take
-    (1 + share) times as long as one thread alone, given a core each."""
-    alone, a, b = make(), make(), make()
-    alone()  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(n):
-        alone()
-    one = time.perf_counter() - t0
-
-    def loop(fn: Callable[[], None]) -> None:
-        for _ in range(n):
-            fn()
-
-    threads = [threading.Thread(target=loop, args=(f,)) for f in (a, b)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    both = time.perf_counter() - t0
-    return min(1.0, max(0.0, both / one - 1.0))
-
-
-def _decode_work(cfg: RunConfig) -> Callable[[], None]:
-    policy = HFPolicy(cfg.model, cfg.train, role="rollout")
-    policy.stop_ids = set()
-    prompts = [_ids(policy, 16, random.Random(2)) for _ in range(4)]
-
-    def work() -> None:
-        s = policy.sampler(prompts, max_new_tokens=STEPS, temperature=1.0,
-                           draws=Draws(0, [(i, 0) for i in range(4)]))
-        while not s.done:
-            s.step(CHUNK)
-    return work
-
-
-def _update_work(cfg: RunConfig) -> Callable[[], None]:
-    policy = HFPolicy(cfg.model, cfg.train, role="trainer")
-    batch = _train_batch(policy, max(cfg.train.minibatches, 8), 8, 8, random.Random(3))
-
-    def work() -> None:
-        policy.update(batch, temperature=1.0, current_version=0)
-    return work
-
-
-def _hog(cfg_data: dict[str, Any], kind: str, core: int, stop: Any, ready: Any) -> None:
-    """A process on `core` repeating decode or update work until `stop` is set."""
-    os.sched_setaffinity(0, {core})
-    cfg = config_from_dict(cfg_data)
-    set_threads(cfg)
-    work = _decode_work(cfg) if kind == "decode" else _update_work(cfg)
-    work()
-    ready.set()
-    while not stop.is_set():
-        work()
-
-
-def concurrent_slowdown(cfg: RunConfig, n: int) -> tuple[int, float]:
-    """The cores this process may use, and how much decode and update work slow while the
-    other runs in another process on another core, as rollout and trainer do (the mean
-    of both ways: s in a speed of 1 / (1 + s))."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        return len(cores), 0.0  # nothing computes beside a role
-    ctx = multiprocessing.get_context("spawn")
-    own = os.sched_getaffinity(0)
-    slowdowns = []
-    try:
-        os.sched_setaffinity(0, {cores[0]})
-        for timed, other in (("decode", "update"), ("update", "decode")):
-            work = _decode_work(cfg) if timed == "decode" else _update_work(cfg)
-            work()
-
-            def median_s(work: Callable[[], None] = work) -> float:
-                times = []
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    work()
-                    times.append(time.perf_counter() - t0)
-                return statistics.median(times)
-
-            alone = median_s()
-            stop, ready = ctx.Event(), ctx.Event()
-            hog = ctx.Process(target=_hog, args=(cfg.to_dict(), other, cores[1], stop, ready),
-                              daemon=True)
-            hog.start()
-            try:
-                if not ready.wait(300):
-                    raise RuntimeError("the concurrent process did not start within 300 s")
-                slowdowns.append(max(0.0, median_s() / alone - 1.0))
-            finally:
-                stop.set()
-                hog.join(timeout=60)
-    finally:
-        os.sched_setaffinity(0, own)
-    return len(cores), statistics.mean(slowdowns)
+from rlcore.policy.device import resolve_device, set_threads
 
 
 def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile, str]:
@@ -423,8 +51,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     answer_s = time_rewards(cfg, 2000)
     controller = time_controller(cfg, 5 * reps, answer_s)
     commit_s = time_commit(cfg, 2000)
-    decode_gil = gil_share(lambda: _decode_work(cfg), 5)
-    update_gil = gil_share(lambda: _update_work(cfg), 5)
+    decode_gil = gil_share(lambda: decode_work(cfg), 5)
+    update_gil = gil_share(lambda: update_work(cfg), 5)
     cores, slowdown = concurrent_slowdown(cfg, 5)
     device = f"{cfg.model.rollout_device}/{cfg.model.trainer_device}"
     machine = (f"{platform.node()}: {platform.processor() or platform.machine()}, "

@@ -1,6 +1,9 @@
 """The capacity planner (`rlcore plan`): a config's schedule on a hardware profile, no model.
 
-  lengths.py  response lengths to draw: empirical (a run's), as recorded, or fitted
-  roles.py    the asynchronous roles' twins, which only price what the live roles compute
-  planner.py  a plan of a config (async on the virtual clock, sync as a sum), and sweeps
+  lengths.py     response lengths to draw: empirical (a run's), as recorded, or fitted
+  sampler.py     the rollout's sampler without a model: chunks priced, lengths drawn
+  messages.py    what the planner's roles send each other, and what a plan counts
+  roles.py       the rollout worker's, trainer's and parameter service's twins
+  controller.py  the controller's twin, with the live admission code and staleness rules
+  planner.py     a plan of a config (async on the virtual clock, sync as a sum), and sweeps
 """

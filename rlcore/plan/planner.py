@@ -20,16 +20,10 @@ from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
 from rlcore.config import RunConfig
 from rlcore.errors import ConfigError
+from rlcore.plan.controller import PlanController, update_tokens
 from rlcore.plan.lengths import Lengths, geometric
-from rlcore.plan.roles import (
-    LengthSampler,
-    Plan,
-    PlanController,
-    param_service_role,
-    rollout_role,
-    trainer_role,
-    update_tokens,
-)
+from rlcore.plan.roles import Plan, param_service_role, rollout_role, trainer_role
+from rlcore.plan.sampler import LengthSampler
 from rlcore.record.timing import stale_drop_rate, wasted_token_share
 from rlcore.tasks.prompts import PromptStream
 from rlcore.tasks.suites import Task
