@@ -37,6 +37,9 @@ def _validate_semantics(cfg: RunConfig) -> None:
         )
     if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
+    if cfg.task.min_terms > cfg.task.max_terms:
+        raise ConfigError(f"task.min_terms ({cfg.task.min_terms}) is more than task.max_terms "
+                          f"({cfg.task.max_terms})")
     knobs = [k for k in ("clip_eps_high", "dual_clip", "behav_weight_cap")
              if getattr(t, k) is not None]
     if t.objective == "pg" and knobs:

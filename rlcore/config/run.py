@@ -60,20 +60,32 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-    suite: Literal["arith", "jsonl"] = _f("arith", "Task suite: generated arithmetic, or a file.")
+    suite: Literal["arith", "chain", "jsonl"] = _f(
+        "arith", "Task suite: generated arithmetic (arith: 'a+b=' answered by the sum; chain: "
+        "sums of several operands answered step by step, 'a+b=c;c+d=e'), or a file (jsonl)."
+    )
     split_seed: int = _f(
         1234, "Seed of task generation and of the train/held-out split (shared by all runs).",
         minimum=0,
     )
     max_operand: int = _f(
-        29, "arith: operands are drawn from 0..max_operand.", minimum=1, maximum=10**6
+        29, "arith, chain: operands are drawn from 0..max_operand.", minimum=1, maximum=10**6
     )
     operators: tuple[Literal["+", "-", "*"], ...] = _f(
         ("+",), "arith: operators to use; '-' keeps results non-negative.", minItems=1,
         uniqueItems=True,
     )
     heldout_size: int = _f(
-        300, "arith: number of distinct problems held out from training.", minimum=1
+        300, "arith, chain: number of distinct problems held out from training.", minimum=1
+    )
+    min_terms: int = _f(2, "chain: fewest operands in a problem.", minimum=2, maximum=20)
+    max_terms: int = _f(
+        5, "chain: most operands; the count is uniform in [min_terms, max_terms].",
+        minimum=2, maximum=20,
+    )
+    train_size: int = _f(
+        3000, "chain: number of distinct training problems (generated from split_seed).",
+        minimum=1,
     )
     arith_form: Literal["symbolic", "words"] = _f(
         "symbolic", "arith: prompts as '3+4=' (symbolic, for the tiny model) or as a question "

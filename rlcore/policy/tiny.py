@@ -22,6 +22,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from rlcore.config import BaseModelConfig, RunConfig
+from rlcore.tasks.chain import is_chain, slip
 from rlcore.tasks.suites import Task, load_suite
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
@@ -62,7 +63,10 @@ def build_model(cfg: BaseModelConfig, tokenizer: PreTrainedTokenizerFast,
 
 
 def _noisy_answer(answer: str, rng: random.Random) -> str:
-    """A wrong answer of the same length and kind (an integer stays an integer)."""
+    """A wrong answer of the same kind: an integer stays an integer, a worked chain a chain
+    with one slip carried through."""
+    if is_chain(answer):
+        return slip(answer, rng)
     if answer.lstrip("-").isdigit():
         value = int(answer)
         wrong = value

@@ -1,7 +1,7 @@
 """Task suites: where prompts and their reference answers come from.
 
-A suite has two disjoint splits, `train` and `heldout`. `arith` generates its problems
-deterministically from a seed; `jsonl` reads a user's files (one JSON object a line),
+A suite has two disjoint splits, `train` and `heldout`. `arith` and `chain` generate their
+problems deterministically from a seed; `jsonl` reads a user's files (one JSON object a line),
 checks each line against a schema and reports bad lines by number.
 
 A jsonl line is an answer task (`prompt`, `answer`) or a code task (`prompt`, `entry_point`,
@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import jsonschema
 
 from rlcore.config import ConfigError, TaskConfig
+from rlcore.tasks.chain import chain_problems, chain_prompt, worked_chain
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,29 @@ class ArithSuite:
                  answer=str(_OPS[op](a, b)))
             for a, op, b in problems
         ]
+        self._splits = {"heldout": tasks[: cfg.heldout_size], "train": tasks[cfg.heldout_size :]}
+
+    def split(self, name: str) -> list[Task]:
+        return self._splits[name]
+
+
+class ChainSuite:
+    """Sums of min_terms..max_terms operands, answered step by step (`rlcore.tasks.chain`):
+    train_size + heldout_size distinct problems drawn from split_seed, the first held out."""
+
+    name = "chain"
+
+    def __init__(self, cfg: TaskConfig):
+        try:
+            problems = chain_problems(random.Random(cfg.split_seed),
+                                      cfg.train_size + cfg.heldout_size, cfg.min_terms,
+                                      cfg.max_terms, cfg.max_operand)
+        except ValueError as e:
+            raise ConfigError(f"task.train_size + task.heldout_size: {e}; lower them or "
+                              "raise task.max_operand or task.max_terms") from e
+        tasks = [Task(task_id="+".join(map(str, ops)), prompt=chain_prompt(ops),
+                      answer=worked_chain(ops), meta={"terms": len(ops)})
+                 for ops in problems]
         self._splits = {"heldout": tasks[: cfg.heldout_size], "train": tasks[cfg.heldout_size :]}
 
     def split(self, name: str) -> list[Task]:
@@ -207,4 +231,6 @@ class JsonlSuite:
 
 def load_suite(cfg: TaskConfig) -> TaskSuite:
     """The task suite named by the config."""
-    return ArithSuite(cfg) if cfg.suite == "arith" else JsonlSuite(cfg)
+    suites: dict[str, type[ArithSuite | ChainSuite | JsonlSuite]] = {
+        "arith": ArithSuite, "chain": ChainSuite, "jsonl": JsonlSuite}
+    return suites[cfg.suite](cfg)

@@ -1,0 +1,236 @@
+"""The claims table: each claim of the paper tested against the runs, with a verdict.
+
+A claim is written in the pipeline config (`claims:`) as a *contrast*: a sum of weighted
+arms, each arm the runs of one (clock, mode, policy, K, objective), or the replays of one
+(..., replayed objective), measured by one metric. "AReaL-style beats sync on reward per 1k
+tokens" is `+1 x areal - 1 x sync` on `reward_per_1k_tokens`; "uncorrected PPO degrades
+under staleness while decoupled holds" is a difference of differences over four arms.
+
+The effect is the contrast of the arms' values, with a two-sided 95 % t interval:
+- paired (`pairing: seed`): per seed present in every arm, the contrast of that seed's
+  values; their mean and t interval (n - 1 degrees of freedom);
+- unpaired: the contrast of the arms' means, Welch-Satterthwaite degrees of freedom.
+
+The verdict comes from the interval alone: *supported* when it lies wholly on the side of
+zero the claim predicts, *contradicted* when it lies wholly on the other side, otherwise
+*unresolved at this power*. Beside it, the seeds per arm that a two-sided test at
+alpha = 0.05 would need for power 0.8 at the effect and spread observed (Guenther's
+correction of the normal approximation).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlcore.analysis.tables import WALL, t975
+
+SUPPORTED, CONTRADICTED, UNRESOLVED = "supported", "contradicted", "unresolved at this power"
+Z975 = 1.959964  # two-sided alpha = 0.05
+Z80 = 0.841621  # power 0.8
+ARM_KEYS = ("clock", "mode", "policy", "staleness_k", "objective", "replayed")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """The runs (or replays, when `replayed` is set) of one grid point, weighted."""
+
+    weight: float
+    clock: str
+    mode: str
+    policy: str
+    staleness_k: int
+    objective: str
+    replayed: str | None = None
+
+    def label(self) -> str:
+        """'areal/paper/K2/pg' (+ ' replayed as decoupled'), the clock apart."""
+        name = f"{self.mode}/{self.policy}/K{self.staleness_k}/{self.objective}"
+        return name + (f" replayed as {self.replayed}" if self.replayed else "")
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.clock, self.mode, self.policy, self.staleness_k, self.objective,
+                self.replayed)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One comparison that tests a claim: `expect` is the sign the claim predicts."""
+
+    id: str
+    statement: str
+    source: str
+    metric: str
+    expect: Literal["positive", "negative"]
+    pairing: Literal["seed", "none"]
+    arms: tuple[Arm, ...]
+
+    @property
+    def clock(self) -> str:
+        clocks = sorted({a.clock for a in self.arms})
+        return clocks[0] if len(clocks) == 1 else "+".join(clocks)
+
+
+def claim_from_config(spec: Mapping[str, Any]) -> Claim:
+    """A Claim from one item of the pipeline config's `claims:` (schema-checked there)."""
+    arms = tuple(Arm(weight=float(a["weight"]), clock=a["clock"], mode=a["mode"],
+                     policy=a["policy"], staleness_k=int(a["k"]), objective=a["objective"],
+                     replayed=a.get("replayed")) for a in spec["contrast"])
+    return Claim(id=spec["id"], statement=spec["statement"], source=spec["source"],
+                 metric=spec["metric"], expect=spec["expect"], pairing=spec["pairing"],
+                 arms=arms)
+
+
+def comparison_text(claim: Claim) -> str:
+    """'areal/paper/K8/pg - areal/paper/K1/pg, wall clock, paired by seed'."""
+    parts = []
+    for i, arm in enumerate(claim.arms):
+        w = abs(arm.weight)
+        coef = "" if w == 1 else f"{w:g} x "
+        sign = ("- " if arm.weight < 0 else "") if i == 0 else ("- " if arm.weight < 0 else "+ ")
+        parts.append(f"{sign}{coef}{arm.label()}")
+    clock = "this machine's clock" if claim.clock == WALL else f"virtual clock ({claim.clock})"
+    pairing = "paired by seed" if claim.pairing == "seed" else "unpaired"
+    return f"{' '.join(parts)}; {claim.metric}; {clock}; {pairing}"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A contrast's estimate: mean, 95 % interval, the seeds behind it and its spread."""
+
+    mean: float
+    lo: float
+    hi: float
+    seeds: int  # paired: seeds in every arm; unpaired: the fewest of any arm
+    spread: float  # paired: sd of the per-seed contrasts; unpaired: sqrt(sum w^2 sd^2)
+
+
+def paired_effect(values: Sequence[Mapping[int, float]], weights: Sequence[float]) -> Effect:
+    """The contrast per seed present in every arm, then its mean and t interval."""
+    seeds = sorted(set.intersection(*(set(v) for v in values))) if values else []
+    diffs = [sum(w * v[s] for w, v in zip(weights, values, strict=True)) for s in seeds]
+    if len(diffs) < 2:
+        mean = diffs[0] if diffs else math.nan
+        return Effect(mean, math.nan, math.nan, len(diffs), math.nan)
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    half = t975(len(diffs) - 1) * sd / math.sqrt(len(diffs))
+    return Effect(mean, mean - half, mean + half, len(diffs), sd)
+
+
+def unpaired_effect(values: Sequence[Sequence[float]], weights: Sequence[float]) -> Effect:
+    """The contrast of the arms' means with a Welch-Satterthwaite t interval."""
+    n = min((len(v) for v in values), default=0)
+    if n < 2:
+        mean = (sum(w * statistics.fmean(v) for w, v in zip(weights, values, strict=True))
+                if n else math.nan)
+        return Effect(mean, math.nan, math.nan, n, math.nan)
+    mean = sum(w * statistics.fmean(v) for w, v in zip(weights, values, strict=True))
+    parts = [w * w * statistics.variance(v) / len(v)
+             for w, v in zip(weights, values, strict=True)]
+    spread = math.sqrt(sum(w * w * statistics.variance(v)
+                           for w, v in zip(weights, values, strict=True)))
+    var = sum(parts)
+    if var == 0:
+        return Effect(mean, mean, mean, n, 0.0)
+    df = var**2 / sum(p * p / (len(v) - 1) for p, v in zip(parts, values, strict=True) if p)
+    half = t975(df) * math.sqrt(var)
+    return Effect(mean, mean - half, mean + half, n, spread)
+
+
+def seeds_needed(effect: float, spread: float, paired: bool) -> float:
+    """Seeds per arm for a two-sided t test at alpha 0.05 with power 0.8 to detect `effect`
+    given `spread` (paired: the sd of per-seed contrasts; unpaired: sqrt(sum w^2 sd^2));
+    inf when no effect was observed, nan when the spread is unknown."""
+    if math.isnan(effect) or math.isnan(spread):
+        return math.nan
+    if effect == 0:
+        return math.inf
+    n = (Z975 + Z80) ** 2 * (spread / effect) ** 2 + Z975**2 / (2 if paired else 4)
+    return float(max(2, math.ceil(n)))
+
+
+def verdict(effect: Effect, expect: str) -> str:
+    """supported / contradicted / unresolved, from where the 95 % interval lies."""
+    if math.isnan(effect.lo):
+        return UNRESOLVED
+    sign = 1 if expect == "positive" else -1
+    lo, hi = sorted((sign * effect.lo, sign * effect.hi))
+    if lo > 0:
+        return SUPPORTED
+    if hi < 0:
+        return CONTRADICTED
+    return UNRESOLVED
+
+
+def arm_values(rows: Iterable[Mapping[str, Any]], arm: Arm, metric: str) -> dict[int, float]:
+    """{seed: metric} of the rows (runs or replays) an arm selects; missing values skipped."""
+    out = {}
+    for r in rows:
+        key = tuple(r.get(k) for k in ARM_KEYS)
+        if key == arm.key() and r.get(metric) is not None:
+            out[int(r["seed"])] = float(r[metric])
+    return out
+
+
+def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One row of the claims table for `claim` over run and replay `rows` (each with the
+    ARM_KEYS, `seed` and the claim's metric)."""
+    per_arm = [arm_values(rows, arm, claim.metric) for arm in claim.arms]
+    weights = [a.weight for a in claim.arms]
+    paired = claim.pairing == "seed"
+    if paired:
+        effect = paired_effect(per_arm, weights)
+    else:
+        effect = unpaired_effect([list(v.values()) for v in per_arm], weights)
+    missing = [a.label() for a, v in zip(claim.arms, per_arm, strict=True) if not v]
+    return {
+        "claim": claim.id,
+        "statement": claim.statement,
+        "source": claim.source,
+        "comparison": comparison_text(claim),
+        "clock": claim.clock,
+        "metric": claim.metric,
+        "expect": claim.expect,
+        "effect": effect.mean,
+        "ci95_lo": effect.lo,
+        "ci95_hi": effect.hi,
+        "seeds": effect.seeds,
+        "seeds_needed": seeds_needed(effect.mean, effect.spread, paired),
+        "verdict": verdict(effect, claim.expect),
+        "missing_arms": "; ".join(missing),
+    }
+
+
+def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """The claims table, one row per comparison, in the config's order."""
+    return [evaluate(c, rows) for c in claims]
+
+
+def _num(x: float, digits: int) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.{digits}f}"
+
+
+def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
+    """The claims table as Markdown: claim, comparison, effect [95 % CI], seeds, verdict."""
+    lines = ["| claim | statement (source) | comparison | effect [95 % CI] | seeds "
+             "(have / need) | verdict |", "|---|---|---|---|---|---|"]
+    for r in table:
+        need = r["seeds_needed"]
+        need_text = "n/a" if math.isnan(need) else ("inf" if math.isinf(need) else f"{need:.0f}")
+        effect = (f"{_num(r['effect'], digits)} [{_num(r['ci95_lo'], digits)}, "
+                  f"{_num(r['ci95_hi'], digits)}]")
+        expect = "> 0" if r["expect"] == "positive" else "< 0"
+        comparison = r["comparison"] + (f" (no runs: {r['missing_arms']})"
+                                        if r["missing_arms"] else "")
+        lines.append(f"| {r['claim']} | {r['statement']} ({r['source']}) | {comparison}; "
+                     f"claim: {expect} | {effect} | {r['seeds']} / {need_text} | "
+                     f"{r['verdict']} |")
+    return "\n".join(lines) + "\n"

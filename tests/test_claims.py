@@ -1,0 +1,127 @@
+"""The claims table: contrasts, intervals, seeds needed and verdicts, against hand values."""
+
+import math
+
+import pytest
+
+from rlcore.analysis.claims import (
+    CONTRADICTED,
+    SUPPORTED,
+    UNRESOLVED,
+    Effect,
+    claim_from_config,
+    claims_markdown,
+    claims_table,
+    comparison_text,
+    paired_effect,
+    seeds_needed,
+    unpaired_effect,
+    verdict,
+)
+
+
+def test_paired_effect_by_hand():
+    # per-seed contrasts 1, 2, 2: mean 5/3, sd sqrt(1/3), t(2) = 4.303
+    e = paired_effect([{0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 0.0, 2: 1.0}], [1, -1])
+    assert e.mean == pytest.approx(5 / 3)
+    assert e.spread == pytest.approx(math.sqrt(1 / 3))
+    assert e.lo == pytest.approx(5 / 3 - 4.303 / 3, abs=1e-9)
+    assert e.hi == pytest.approx(5 / 3 + 4.303 / 3, abs=1e-9)
+    assert e.seeds == 3
+
+
+def test_paired_effect_uses_only_seeds_in_every_arm():
+    e = paired_effect([{0: 1.0, 1: 2.0, 2: 9.0}, {0: 0.0, 1: 0.0}], [1, -1])
+    assert e.seeds == 2 and e.mean == pytest.approx(1.5)
+
+
+def test_paired_effect_of_one_seed_has_no_interval():
+    e = paired_effect([{0: 1.0}, {0: 0.5}], [1, -1])
+    assert e.mean == 0.5 and math.isnan(e.lo) and e.seeds == 1
+
+
+def test_unpaired_effect_welch_by_hand():
+    # means 2 and 1/3; variances 1 and 1/3 over 3 runs each: se 2/3, df 3.2 -> t(3) = 3.182
+    e = unpaired_effect([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], [1, -1])
+    assert e.mean == pytest.approx(5 / 3)
+    assert e.lo == pytest.approx(5 / 3 - 3.182 * 2 / 3)
+    assert e.spread == pytest.approx(math.sqrt(4 / 3))
+
+
+def test_unpaired_difference_of_differences():
+    arms = [[4.0, 4.0], [1.0, 1.0], [3.0, 3.0], [2.0, 2.0]]
+    e = unpaired_effect(arms, [1, -1, -1, 1])  # (4 - 1) - (3 - 2) = 2, no spread
+    assert (e.mean, e.lo, e.hi) == (2.0, 2.0, 2.0)
+
+
+def test_seeds_needed_by_hand():
+    # paired: (1.96 + 0.8416)^2 * (sqrt(1/3) / (5/3))^2 + 1.96^2 / 2 = 2.86 -> 3
+    assert seeds_needed(5 / 3, math.sqrt(1 / 3), paired=True) == 3
+    # unpaired: 7.8489 * (1.1547 / 1.6667)^2 + 1.96^2 / 4 = 4.73 -> 5
+    assert seeds_needed(5 / 3, math.sqrt(4 / 3), paired=False) == 5
+    # a tenth of the effect: 7.8489 * 12 + 1.92 = 96.11 -> 97
+    assert seeds_needed(1 / 6, math.sqrt(1 / 3), paired=True) == 97
+    assert seeds_needed(0.0, 1.0, paired=True) == math.inf
+    assert math.isnan(seeds_needed(1.0, math.nan, paired=True))
+    assert seeds_needed(1.0, 0.0, paired=True) == 2  # an interval needs two
+
+
+@pytest.mark.parametrize(("lo", "hi", "expect", "want"), [
+    (0.1, 0.5, "positive", SUPPORTED),
+    (-0.5, -0.1, "positive", CONTRADICTED),
+    (-0.1, 0.5, "positive", UNRESOLVED),
+    (-0.5, -0.1, "negative", SUPPORTED),
+    (0.1, 0.5, "negative", CONTRADICTED),
+    (0.0, 0.5, "positive", UNRESOLVED),  # touching zero is not excluding it
+    (math.nan, math.nan, "positive", UNRESOLVED),
+])
+def test_verdict_from_the_interval(lo, hi, expect, want):
+    assert verdict(Effect(0.3, lo, hi, 3, 0.1), expect) == want
+
+
+SPEC = {
+    "id": "C5", "statement": "AReaL-style has the highest reward per 1k tokens",
+    "source": "seed 000, Figure 4", "metric": "reward_per_1k_tokens", "expect": "positive",
+    "pairing": "seed",
+    "contrast": [
+        {"weight": 1, "clock": "v100", "mode": "areal", "policy": "areal", "k": 2,
+         "objective": "pg"},
+        {"weight": -1, "clock": "v100", "mode": "sync", "policy": "none", "k": 0,
+         "objective": "pg"},
+    ],
+}
+
+
+def _row(mode, policy, k, seed, value, clock="v100", replayed=None):
+    return {"clock": clock, "mode": mode, "policy": policy, "staleness_k": k,
+            "objective": "pg", "replayed": replayed, "seed": seed,
+            "reward_per_1k_tokens": value}
+
+
+def test_claims_table_from_rows():
+    claim = claim_from_config(SPEC)
+    rows = [_row("areal", "areal", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
+    rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
+    rows.append(_row("sync", "none", 0, 0, 50.0, clock="wall"))  # another clock: ignored
+    rows.append(_row("areal", "areal", 2, 0, 50.0, replayed="decoupled"))  # a replay: ignored
+    (row,) = claims_table([claim], rows)
+    assert row["effect"] == pytest.approx(5 / 3)
+    assert row["verdict"] == SUPPORTED and row["seeds"] == 3 and row["seeds_needed"] == 3
+    assert row["missing_arms"] == ""
+    md = claims_markdown([row])
+    assert "| C5 |" in md and "supported" in md and "3 / 3" in md
+
+
+def test_a_claim_without_runs_is_unresolved_and_names_the_missing_arm():
+    claim = claim_from_config(SPEC)
+    rows = [_row("areal", "areal", 2, s, 1.0) for s in range(3)]
+    (row,) = claims_table([claim], rows)
+    assert row["verdict"] == UNRESOLVED and row["seeds"] == 0
+    assert row["missing_arms"] == "sync/none/K0/pg"
+    assert "no runs: sync/none/K0/pg" in claims_markdown([row])
+
+
+def test_comparison_text():
+    assert comparison_text(claim_from_config(SPEC)) == (
+        "areal/areal/K2/pg - sync/none/K0/pg; reward_per_1k_tokens; "
+        "virtual clock (v100); paired by seed")
