@@ -24,12 +24,14 @@ def test_welch_needs_two_runs_a_side():
 
 
 def live(objective: str, passes: list[float]) -> list[dict]:
-    return [{"mode": "areal", "policy": "paper", "staleness_k": 2, "objective": objective,
+    return [{"clock": "wall", "mode": "areal", "policy": "paper", "staleness_k": 2,
+             "objective": objective,
              "seed": s, "heldout_pass_rate": p} for s, p in enumerate(passes)]
 
 
 def replays(objective: str, passes: list[float]) -> list[dict]:
-    return [{"mode": "areal", "policy": "paper", "staleness_k": 2, "live_objective": "pg",
+    return [{"clock": "wall", "mode": "areal", "policy": "paper", "staleness_k": 2,
+             "live_objective": "pg",
              "objective": objective, "seed": s, "heldout_pass_rate": p}
             for s, p in enumerate(passes)]
 
@@ -56,7 +58,7 @@ def test_paired_table_by_hand():
     # ... and its unpaired cell would compare the live pg runs with themselves: left empty
     assert math.isnan(by["pg"]["unpaired_diff/mean"]) and by["pg"]["unpaired_runs"] == "same runs"
     md = paired_markdown(table)
-    assert "| areal | paper | 2 | pg | decoupled | 0.700 ± " in md and "+0.083 ± 0.072" in md
+    assert "| wall | areal | paper | 2 | pg | decoupled | 0.700 ± " in md and "+0.083 ± 0.072" in md
     assert "| (the same runs) |" in md
 
 

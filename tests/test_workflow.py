@@ -566,13 +566,15 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
 
 def test_study_overlay_plans_the_full_product(tmp_path: Path):
     """config/study.yaml laid over config/config.yaml, as README says: every mode, policy, K
-    and objective, three seeds each, each run planned once."""
+    and objective, three seeds each, with the emulated blocks the claims need, each run
+    planned once."""
     for name in ("config.yaml", "study.yaml"):
         (tmp_path / "config").mkdir(exist_ok=True)
         shutil.copy(ROOT / "config" / name, tmp_path / "config" / name)
     result = snakemake(tmp_path, "-n", "--configfile", "config/config.yaml",
                        "config/study.yaml")
     assert result.returncode == 0, result.stderr[-2000:]
-    # sync: 4 objectives x 3 seeds; async and areal: 3 policies x 5 K x 4 objectives x 3 seeds
-    assert planned_jobs(result).get("run") == 12 + 2 * 3 * 5 * 4 * 3 == 372
+    # sync: 4 objectives x 3 seeds; async and areal: 3 policies x 5 K x 4 objectives x 3 seeds;
+    # and the default's emulated V100 blocks: 5 arms x 3 seeds
+    assert planned_jobs(result).get("run") == 12 + 2 * 3 * 5 * 4 * 3 + 15 == 387
     assert "results/study/tables/table1.csv" in result.stdout

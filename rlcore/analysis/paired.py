@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.analysis.tables import group_order, mean_ci95, t975
+from rlcore.analysis.tables import mean_ci95, row_order, t975
 
-PAIR_KEY = ("mode", "policy", "staleness_k", "live_objective", "objective")
+PAIR_KEY = ("clock", "mode", "policy", "staleness_k", "live_objective", "objective")
 
 
 def welch_ci95(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -35,10 +35,11 @@ def welch_ci95(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
 
 
 def replay_row(replay_dir: Path) -> dict[str, Any]:
-    """One replay `.../{mode}/{policy}/k{K}/{live objective}/seed{seed}/{objective}`."""
+    """One replay `.../{clock}/{mode}/{policy}/k{K}/{live objective}/seed{seed}/{objective}`."""
     s = json.loads((replay_dir / "summary.json").read_text())
     ev = json.loads((replay_dir / "eval.json").read_text())
-    return {"mode": s["mode"], "policy": replay_dir.parents[3].name,
+    return {"clock": replay_dir.parents[5].name, "mode": s["mode"],
+            "policy": replay_dir.parents[3].name,
             "staleness_k": s["staleness_k"], "live_objective": replay_dir.parents[1].name,
             "objective": s["objective"], "seed": s["seed"],
             "kind": s["reproducibility"]["replay"]["kind"],
@@ -51,26 +52,28 @@ def paired_table(live: Iterable[dict[str, Any]], replays: Iterable[dict[str, Any
     rate, the paired difference against the live runs they replay, and the unpaired difference
     between independent live runs of the two objectives (where the grid has them)."""
     live = list(live)
-    by_point = {(r["mode"], r["policy"], r["staleness_k"], r["objective"], r["seed"]):
-                r["heldout_pass_rate"] for r in live if r["heldout_pass_rate"] is not None}
+    by_point = {(r["clock"], r["mode"], r["policy"], r["staleness_k"], r["objective"],
+                 r["seed"]): r["heldout_pass_rate"]
+                for r in live if r["heldout_pass_rate"] is not None}
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in replays:
         groups.setdefault(tuple(r[k] for k in PAIR_KEY), []).append(r)
     out = []
-    for key, members in sorted(groups.items(), key=lambda item: group_order(item[0])):
-        mode, policy, k, base, objective = key
-        pairs = [(r["heldout_pass_rate"], by_point[(mode, policy, k, base, r["seed"])])
+    for key, members in sorted(groups.items(), key=lambda item: row_order(item[0])):
+        clock, mode, policy, k, base, objective = key
+        pairs = [(r["heldout_pass_rate"], by_point[(clock, mode, policy, k, base, r["seed"])])
                  for r in sorted(members, key=lambda r: r["seed"])
-                 if (mode, policy, k, base, r["seed"]) in by_point]
+                 if (clock, mode, policy, k, base, r["seed"]) in by_point]
         row: dict[str, Any] = dict(zip(PAIR_KEY, key, strict=True))
         row["replay/mean"], row["replay/ci95"] = mean_ci95([r["heldout_pass_rate"]
                                                             for r in members])
         row["pairs"] = len(pairs)
         row["paired_diff/mean"], row["paired_diff/ci95"] = mean_ci95([a - b for a, b in pairs])
 
-        def arm(obj: str, mode: str = mode, policy: str = policy, k: int = k) -> list[float]:
-            return [v for (m, p, kk, o, _), v in by_point.items()
-                    if (m, p, kk, o) == (mode, policy, k, obj)]
+        def arm(obj: str, clock: str = clock, mode: str = mode, policy: str = policy,
+                k: int = k) -> list[float]:
+            return [v for (c, m, p, kk, o, _), v in by_point.items()
+                    if (c, m, p, kk, o) == (clock, mode, policy, k, obj)]
 
         own, other = arm(objective), arm(base)
         if objective == base:  # the same live runs on both sides: nothing to compare
@@ -98,13 +101,14 @@ def unpaired(row: dict[str, Any]) -> str:
 
 def paired_markdown(table: Sequence[dict[str, Any]]) -> str:
     """The paired table as Markdown: the paired and unpaired half-widths side by side."""
-    head = ("| mode | policy | K | schedule of | objective | replay held-out pass | "
+    head = ("| clock | mode | policy | K | schedule of | objective | replay held-out pass | "
             "paired diff (same schedules) | unpaired diff (independent live runs) | "
             "seeds | live runs |")
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in table:
         lines.append(
-            f"| {r['mode']} | {r['policy']} | {r['staleness_k']} | {r['live_objective']} | "
+            f"| {r['clock']} | {r['mode']} | {r['policy']} | {r['staleness_k']} | "
+            f"{r['live_objective']} | "
             f"{r['objective']} | {_cell(r['replay/mean'], r['replay/ci95'])} | "
             f"{_cell(r['paired_diff/mean'], r['paired_diff/ci95'], True)} | "
             f"{unpaired(r)} | "

@@ -30,3 +30,27 @@ rule tables:
         code=analysis_code("tables.py"),
     script:
         "../scripts/tables.py"
+
+
+rule claims:
+    # The claims table, first in the report: each claim of config `claims` tested on the
+    # runs and replays its contrast names, with a verdict from the 95 % interval.
+    input:
+        summaries=claim_inputs("summary.json"),
+        evals=claim_inputs("eval.json"),
+    output:
+        csv=f"{R}/tables/claims.csv",
+        md=report(
+            f"{R}/tables/claims.md",
+            caption="../../reports/claims.rst",
+            category="Claims",
+        ),
+    log:
+        f"{R}/logs/claims.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        claims=config.get("claims", []),
+        code=analysis_code("claims.py"),
+    script:
+        "../scripts/claims.py"

@@ -73,7 +73,7 @@ def grid_points():
             for policy in block["policies"]:
                 for k in block["ks"]:
                     for objective in block["objectives"]:
-                        for seed in g["seeds"]:
+                        for seed in block.get("seeds", g["seeds"]):
                             point = dict(
                                 clock=clock_name(block["clock"]),
                                 mode=mode,
@@ -98,18 +98,17 @@ def trace_modes():
 
 
 def replay_points():
-    """Every replay: a live wall-clock grid point selected by grid.replays.of, with the
-    objective it is replayed under (`replayed`). Replays take wall-clock runs only: `of`
-    names no clock, and the paired table matches a replay to its live run by mode, policy,
-    K, objective and seed, which a single clock keeps unambiguous."""
+    """Every replay: a grid point selected by grid.replays.of (on its clock), with the
+    objective it is replayed under (`replayed`)."""
     replays = config["grid"].get("replays")
     if not replays:
         return []
     of = replays["of"]
     return [
         {**p, "replayed": objective}
-        for p in wall_points()
-        if p["mode"] in of["modes"]
+        for p in grid_points()
+        if p["clock"] == clock_name(of["clock"])
+        and p["mode"] in of["modes"]
         and p["policy"] in of["policies"]
         and p["k"] in of["ks"]
         and p["objective"] in of["objectives"]
@@ -190,14 +189,68 @@ def all_replays(filename):
 
 def replayed_runs(filename):
     """The live runs the replays replay (and the live runs of the objectives they are
-    replayed under, for the unpaired comparison): every wall-clock grid point at a replayed
-    (mode, policy, K)."""
-    arms = {(p["mode"], p["policy"], p["k"]) for p in replay_points()}
+    replayed under, for the unpaired comparison): every grid point at a replayed (clock,
+    mode, policy, K)."""
+    arms = {(p["clock"], p["mode"], p["policy"], p["k"]) for p in replay_points()}
     return [
         f"{R}/runs/{RUN_ID.format(**p)}/{filename}"
-        for p in wall_points()
-        if (p["mode"], p["policy"], p["k"]) in arms
+        for p in grid_points()
+        if (p["clock"], p["mode"], p["policy"], p["k"]) in arms
     ]
+
+
+def claim_arms_of(claim):
+    """A claim's arms as (path, kind): kind `run` for CLOCK/MODE/POLICY/kK/OBJECTIVE,
+    `replay` for one more level, the objective it is replayed under."""
+    return [
+        (arm, "replay" if len(Path(arm).parts) == 6 else "run")
+        for arm in claim["contrast"]
+    ]
+
+
+def claim_arms():
+    """Every arm of every claim, as claim_arms_of gives them."""
+    return [arm for claim in config.get("claims", []) for arm in claim_arms_of(claim)]
+
+
+def point_arm(point):
+    """A grid point's (or replay's) arm path: its RUN_ID (REPLAY_ID) without the seed."""
+    levels = [point[key] for key in ("clock", "mode", "policy")]
+    levels += [f"k{point['k']}", point["objective"]]
+    levels += [point["replayed"]] if "replayed" in point else []
+    return str(Path(*levels))
+
+
+def claim_inputs(filename):
+    """summary.json (or eval.json) of every run and replay an arm of the claims selects:
+    the runs under results/runs/, the replays under results/replays/."""
+    wanted = {arm for arm, _ in claim_arms()}
+    runs = [
+        f"{R}/runs/{RUN_ID.format(**p)}/{filename}"
+        for p in grid_points()
+        if point_arm(p) in wanted
+    ]
+    replays = [
+        f"{R}/replays/{REPLAY_ID.format(**p)}/{filename}"
+        for p in replay_points()
+        if point_arm(p) in wanted
+    ]
+    return runs + replays
+
+
+def check_claims():
+    """Every arm of every claim is a run or a replay of the grid."""
+    runs = {point_arm(p) for p in grid_points()}
+    replays = {point_arm(p) for p in replay_points()}
+    for i, claim in enumerate(config.get("claims", [])):
+        for arm, kind in claim_arms_of(claim):
+            have = replays if kind == "replay" else runs
+            if arm not in have:
+                raise ValueError(
+                    f"claims[{i}] ({claim['id']}) names the {kind} arm '{arm}', which the "
+                    "grid does not make: add it to grid.blocks (a run) or grid.replays (a "
+                    "replay), or change the claim's contrast"
+                )
 
 
 def trace_point(mode):
@@ -348,10 +401,12 @@ def check_grid():
             "of one of grid.blocks"
         )
     replays = grid.get("replays")
+    if replays:
+        check_clock("grid.replays.of.clock", replays["of"]["clock"])
     if replays and not replay_points():
         raise ValueError(
-            f"grid.replays.of = {replays['of']} selects no wall-clock run of the grid: "
-            "name modes, policies, ks and objectives that a block without `clock` runs"
+            f"grid.replays.of = {replays['of']} selects no run of the grid: name a clock, "
+            "modes, policies, ks and objectives that one of grid.blocks runs"
         )
     start, end = figures["window_s"]
     if not start < end:
@@ -361,6 +416,7 @@ def check_grid():
 
 
 check_grid()
+check_claims()
 
 
 def check_model_path():
@@ -416,6 +472,13 @@ def replay_outputs():
     ]
 
 
+def claims_outputs():
+    """The claims table (none without `claims`)."""
+    if not config.get("claims"):
+        return []
+    return [f"{R}/tables/claims.csv", f"{R}/tables/claims.md"]
+
+
 def all_outputs():
     return [
         *all_runs("eval.json"),
@@ -427,6 +490,7 @@ def all_outputs():
         f"{R}/tables/quality_vs_k.csv",
         f"{R}/tables/quality_vs_k.md",
         f"{R}/plans/k_sweep.json",
+        *claims_outputs(),
         *(
             f"{R}/figures/{name}.{ext}"
             for name in FIGURES + TRACE_FIGURES + PLAN_FIGURES

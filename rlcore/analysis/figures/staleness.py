@@ -171,26 +171,28 @@ def draw_quality_vs_k_replayed(table: Sequence[dict], png: str | Path, svg: str 
     schedules (counterfactual replays, `rlcore/analysis/paired.py::paired_table` rows): objectives
     compared on identical staleness patterns."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
-    arms = sorted({(r["mode"], r["policy"], r["live_objective"]) for r in table})
+    arms = sorted({(r["clock"], r["mode"], r["policy"], r["live_objective"]) for r in table})
     objectives = sorted({r["objective"] for r in table})
     ks = sorted({r["staleness_k"] for r in table})
     for i, objective in enumerate(objectives):
         dodge = 0.06 * (i - (len(objectives) - 1) / 2)
-        for j, (mode, policy, base) in enumerate(arms):
+        for j, arm in enumerate(arms):
+            clock, mode, policy, base = arm
             cells = sorted((r for r in table if r["objective"] == objective
-                            and (r["mode"], r["policy"], r["live_objective"]) ==
-                            (mode, policy, base)), key=lambda r: r["staleness_k"])
+                            and (r["clock"], r["mode"], r["policy"], r["live_objective"]) ==
+                            arm), key=lambda r: r["staleness_k"])
             if not cells:
                 continue
-            label = objective if len(arms) == 1 else \
-                f"{objective} ({MODE_LABEL.get(mode, mode)}, {policy}, schedules of {base})"
+            label = objective if len(arms) == 1 else (
+                f"{objective} ({clock}, {MODE_LABEL.get(mode, mode)}, {policy}, "
+                f"schedules of {base})")
             ax.errorbar([r["staleness_k"] + dodge for r in cells],
                         [r["replay/mean"] for r in cells],
                         yerr=[r["replay/ci95"] for r in cells], marker="o", capsize=3,
                         color=OBJECTIVE_COLOR.get(objective), label=label,
                         linestyle=("-", "--", ":")[j % 3])
     ax.set_xticks(ks)
-    base = ", ".join(sorted({a[2] for a in arms}))
+    base = ", ".join(sorted({a[3] for a in arms}))
     ax.set_xlabel(f"staleness bound K (each objective replayed on the {base} runs' schedules)")
     ax.set_ylabel("held-out sampled pass rate")
     ax.grid(alpha=0.3)

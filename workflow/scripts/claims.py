@@ -1,0 +1,26 @@
+"""The claims table from the runs and replays its claims name (rlcore.analysis.claims)."""
+
+from pathlib import Path
+
+from rlcore.analysis.claims import claim_from_config, claims_markdown, claims_table
+from rlcore.analysis.paired import replay_row
+from rlcore.analysis.tables import logged, run_row, write_csv
+
+
+def row(summary):
+    """A run's row or a replay's, keyed as the claims' arms are."""
+    d = Path(summary).parent
+    if not d.name.startswith("seed"):  # a replay: .../seed{seed}/{replayed}
+        r = replay_row(d)
+        return {**r, "objective": r["live_objective"], "replayed": r["objective"]}
+    return {**run_row(d), "replayed": None}
+
+
+def main(smk):
+    claims = [claim_from_config(c) for c in smk.params.claims]
+    table = claims_table(claims, [row(p) for p in smk.input.summaries])
+    write_csv(smk.output.csv, table)
+    Path(smk.output.md).write_text(claims_markdown(table))
+
+
+logged(snakemake.log[0], main, snakemake)  # noqa: F821 - injected by Snakemake
