@@ -26,14 +26,18 @@ from rlcore.analysis.prompts import (
 def row(group: int, slot: int, tokens: int, *, status: str = "accepted",
         batch: int | None = 0, passed: bool = False, attempt: int = 0,
         task: str | None = None) -> dict[str, Any]:
-    """The samples.jsonl fields the audit reads (a dropped row is never trained)."""
+    """The samples.jsonl fields the audit reads (a dropped row is never trained); a group's
+    reference answer has ANSWER_CHARS[group] characters."""
     if status != "accepted":
         batch = None
-    return {"task_id": task or f"t{group}", "group_id": group, "slot": slot, "attempt": attempt,
+    return {"task_id": task or f"t{group}", "answer_chars": ANSWER_CHARS.get(group),
+            "group_id": group, "slot": slot, "attempt": attempt,
             "status": status, "batch_id": batch, "pass": passed and status != "dropped_interrupted",
             "response_tokens": tokens}
 
 
+# group 2 (never answered) has the longest reference answer; group 3 is group 0's task again
+ANSWER_CHARS = {0: 20, 1: 8, 2: 40, 3: 20, 4: 12, 5: 25}
 SAMPLES = [
     # group 0: trained, accepted-never-trained, a resubmitted slot (its row is attempt 1),
     # a stale drop
@@ -71,7 +75,8 @@ class TestPromptRows:
         # slots 0..3; trained: slot 0 (batch 0) and slot 2 (batch 1) -> 2/4;
         # lengths over all four responses (a stale drop has one): (10+20+30+40)/4 = 25;
         # passes 1,0,1,0 -> 0.5
-        assert by_group()[0] == {"group_id": 0, "task_id": "t0", "samples": 4, "trained": 2,
+        assert by_group()[0] == {"group_id": 0, "task_id": "t0", "answer_chars": 20,
+                                 "samples": 4, "trained": 2,
                                  "trained_share": 0.5, "length": 25.0, "pass_rate": 0.5,
                                  "cut": None}
 
@@ -85,7 +90,8 @@ class TestPromptRows:
         assert g["cut"] == 5
 
     def test_a_group_without_response_has_no_length_or_pass_rate(self):
-        assert by_group()[2] == {"group_id": 2, "task_id": "t2", "samples": 2, "trained": 0,
+        assert by_group()[2] == {"group_id": 2, "task_id": "t2", "answer_chars": 40,
+                                 "samples": 2, "trained": 0,
                                  "trained_share": 0.0, "length": None, "pass_rate": None,
                                  "cut": 16}
         assert [p["group_id"] for p in unanswered(prompts())] == [2]
@@ -114,7 +120,7 @@ class TestBins:
     def test_length_terciles_by_hand(self):
         # lengths (group): 7 (1), 15 (4), 25 (0), 25 (5), 55 (3); group 2 has none.
         # N=5 -> ranks [0], [1, 2], [3, 4]: the tie at 25 splits by group id, 0 before 5
-        short, mid, long = length_terciles(prompts())
+        short, mid, long = length_terciles(prompts(), "length")
         assert short == {"prompts": 1, "length": 7.0, "low": 7.0, "high": 7.0,
                          "samples": 4, "trained": 3, "trained_share": 0.75}
         # groups 4 and 0: (15+25)/2 = 20; trained 3+2 of 3+4 slots
@@ -127,7 +133,7 @@ class TestBins:
     def test_the_split_does_not_depend_on_input_order(self):
         shuffled = prompts()
         random.Random(0).shuffle(shuffled)
-        assert length_terciles(shuffled) == length_terciles(prompts())
+        assert length_terciles(shuffled, "length") == length_terciles(prompts(), "length")
 
     def test_pass_rate_quantile_bins(self):
         # pass rates (group): 0 (3), 0.5 (0), 2/3 (1), 2/3 (4), 1 (5) -> [3], [0, 1], [4, 5]
@@ -158,25 +164,36 @@ class TestBins:
 class TestShortBias:
     def test_by_hand(self):
         # long tercile 2/3 minus short tercile 3/4 = -1/12: long problems trained less
-        assert short_bias(prompts()) == pytest.approx(-1 / 12)
-        assert short_bias(prompts()) < 0
+        assert short_bias(prompts(), "length") == pytest.approx(-1 / 12)
+        assert short_bias(prompts(), "length") < 0
+
+    def test_by_answer_length_every_prompt_counts(self):
+        # answer chars (group): 8 (1), 12 (4), 20 (0), 20 (3), 25 (5), 40 (2): group 2, never
+        # answered, is on this axis. Short: groups 1, 4, trained 3+3 of 4+3; long: groups 5,
+        # 2, trained 1+0 of 1+2: 1/3 - 6/7 = -11/21
+        assert short_bias(prompts()) == pytest.approx(1 / 3 - 6 / 7)
+        short, mid, long = length_terciles(prompts())
+        assert (short["answer_chars"], mid["answer_chars"], long["answer_chars"]) == (
+            10.0, 20.0, 32.5)
+        assert mid["trained_share"] == 0.5  # groups 0 and 3: 2 of 4 and 1 of 2
 
     def test_positive_when_long_problems_are_trained_more(self):
         rows = [row(0, 0, 5, status="dropped_stale"), row(0, 1, 5),   # short: 1 of 2
                 row(1, 2, 9), row(1, 3, 9),                           # middle: 2 of 2
                 row(2, 4, 20), row(2, 5, 20)]                         # long: 2 of 2
-        assert short_bias(prompt_rows(rows)) == 1.0 - 0.5
+        assert short_bias(prompt_rows(rows), "length") == 1.0 - 0.5
 
     def test_none_below_three_prompts_with_a_length(self):
         # group 2 has no response: groups 0 and 1 are the only prompts with a length
         two = [r for r in SAMPLES if r["group_id"] in (0, 1, 2)]
-        assert short_bias(prompt_rows(two)) is None
-        assert short_bias(prompt_rows([r for r in SAMPLES if r["group_id"] == 2])) is None
+        assert short_bias(prompt_rows(two), "length") is None
+        assert short_bias(prompt_rows([r for r in SAMPLES if r["group_id"] == 2]),
+                          "length") is None
         assert short_bias([]) is None
         # a third prompt with a length makes one prompt per tercile: group 3 (0.5) minus
         # group 1 (0.75)
         three = [r for r in SAMPLES if r["group_id"] in (0, 1, 2, 3)]
-        assert short_bias(prompt_rows(three)) == 0.5 - 0.75
+        assert short_bias(prompt_rows(three), "length") == 0.5 - 0.75
 
 
 def write_run(run_dir: Path, samples: list[dict[str, Any]]) -> Path:
@@ -191,8 +208,8 @@ class TestRuns:
         assert {k: audit[k] for k in ("prompts", "trained_share", "no_response",
                                       "no_response_samples")} == {
             "prompts": 6, "trained_share": 10 / 16, "no_response": 1, "no_response_samples": 2}
-        assert audit["short_bias"] == pytest.approx(-1 / 12)
-        assert [b["trained_share"] for b in audit["length_terciles"]] == [0.75, 5 / 7, 2 / 3]
+        assert audit["short_bias"] == pytest.approx(1 / 3 - 6 / 7)
+        assert [b["trained_share"] for b in audit["length_terciles"]] == [6 / 7, 0.5, 1 / 3]
         assert [b["prompts"] for b in audit["pass_terciles"]] == [1, 2, 2]
         json.dumps(audit)  # it goes into tables and reports as it is
 

@@ -3,11 +3,12 @@ each prompt's answer length and difficulty (claim C8, tinker-cookbook PR #822: "
 rollouts biases training toward short, fast problems").
 
 A prompt is one group (`group_id`) of a run's samples.jsonl; its slots are the samples
-dispatched for it, each counted once by its final row (docs/metrics.md). Its `length` and
-`pass_rate` are taken over the rows that have a response, stale drops included, so they
-describe the prompt as sampled, not as trained. A prompt cut for good on every slot has neither
-and is never trained: the binned shares leave it out, so `unanswered` counts it apart (these are
-likely the long prompts, so leaving them out hides part of the bias C8 is about).
+dispatched for it, each counted once by its final row (docs/metrics.md). Its `answer_chars` is
+the length of its task's reference answer, known for every prompt: the axis C8 is tested on.
+Its `length` and `pass_rate` are taken over the rows that have a response, stale drops
+included, so they describe the prompt as sampled, not as trained. A prompt cut for good on
+every slot has neither (and is never trained): the sampled length would leave out exactly the
+long prompts the drop policy loses, which is why the audit ranks prompts by `answer_chars`.
 The trained share of a set of prompts is their trained slots over their slots.
 """
 
@@ -42,9 +43,10 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def prompt_rows(samples: Iterable[Row]) -> list[Row]:
-    """One row per prompt group, by `group_id`: `group_id`, `task_id`, `samples` (its
-    slots), `trained`, `trained_share`, `length` and `pass_rate` (None without a response), and
-    `cut`: the most tokens a slot cut for good had generated (None if no slot was)."""
+    """One row per prompt group, by `group_id`: `group_id`, `task_id`, `answer_chars` (None
+    for a code task, or a run recorded without it), `samples` (its slots), `trained`,
+    `trained_share`, `length` and `pass_rate` (None without a response), and `cut`: the most
+    tokens a slot cut for good had generated (None if no slot was)."""
     groups: dict[int, list[Row]] = {}
     for r in final_rows(samples):
         groups.setdefault(r["group_id"], []).append(r)
@@ -57,6 +59,7 @@ def prompt_rows(samples: Iterable[Row]) -> list[Row]:
         out.append({
             "group_id": group_id,
             "task_id": rows[0]["task_id"],
+            "answer_chars": rows[0].get("answer_chars"),
             "samples": len(rows),
             "trained": trained,
             "trained_share": trained / len(rows),
@@ -106,17 +109,14 @@ def binned_shares(prompts: Iterable[Row], key: str, bins: int | Sequence[float])
             for i, (lo, hi) in enumerate(pairwise(edges))]
 
 
-def length_terciles(prompts: Iterable[Row]) -> list[Row]:
-    """`binned_shares` over three quantile bins of `length`: short, middle, long."""
-    return binned_shares(prompts, "length", 3)
+def length_terciles(prompts: Iterable[Row], key: str = "answer_chars") -> list[Row]:
+    """`binned_shares` over three quantile bins of `key`: short, middle, long."""
+    return binned_shares(prompts, key, 3)
 
 
-def short_bias(prompts: Iterable[Row], key: str = "length") -> float | None:
-    """Trained share of the longest length tercile minus that of the shortest; negative when
-    long problems were trained less (C8 predicts it). None below 3 prompts with a length.
-
-    A prompt whose every slot was cut for good has no length and enters no tercile, though it
-    is likely long and is never trained: `run_prompt_audit` counts such prompts apart."""
+def short_bias(prompts: Iterable[Row], key: str = "answer_chars") -> float | None:
+    """Trained share of the longest tercile of `key` minus that of the shortest; negative when
+    long problems were trained less (C8 predicts it). None below 3 prompts with a `key`."""
     short, _, long = binned_shares(prompts, key, 3)
     if short["prompts"] == 0:  # N < 3: the bottom tercile N//3 is empty
         return None
@@ -135,9 +135,9 @@ def runs_prompt_rows(run_dirs: Iterable[Path]) -> list[Row]:
 
 
 def run_prompt_audit(run_dir: Path) -> dict[str, Any]:
-    """A run's prompt audit: `prompts`, overall `trained_share`, `short_bias`, the
-    `length_terciles` and `pass_terciles` (`binned_shares` rows), and `no_response` and
-    `no_response_samples`: the prompts (and their slots) left off the length axis."""
+    """A run's prompt audit: `prompts`, overall `trained_share`, `short_bias` (by answer
+    length), the `length_terciles` and `pass_terciles` (`binned_shares` rows), and
+    `no_response` and `no_response_samples`: the prompts (and their slots) never answered."""
     prompts = runs_prompt_rows([run_dir])
     silent = unanswered(prompts)
     return {"prompts": len(prompts),
@@ -147,3 +147,9 @@ def run_prompt_audit(run_dir: Path) -> dict[str, Any]:
             "short_bias": short_bias(prompts),
             "length_terciles": length_terciles(prompts),
             "pass_terciles": binned_shares(prompts, "pass_rate", 3)}
+
+
+def run_short_bias(run_dir: Path) -> float | None:
+    """`short_bias` of a run by answer length; None without samples.jsonl or enough prompts."""
+    samples = Path(run_dir) / "samples.jsonl"
+    return short_bias(prompt_rows(read_jsonl(samples))) if samples.is_file() else None

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlcore.analysis.prompts import run_short_bias
 from rlcore.config import MODES  # their order is the order of every table and figure
 
 # Two-sided 95% Student-t critical values t_{0.975, df} for df = 1..30; 1.96 beyond.
@@ -116,6 +117,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "tokens_wasted": t["stale_dropped"] + t["interrupted"],
         "wasted_frac": (t["stale_dropped"] + t["interrupted"]) / t["generated"]
         if t["generated"] else 0.0,
+        "short_bias": run_short_bias(run_dir),
     }
 
 
@@ -170,6 +172,7 @@ LABELS = {
     "accepted_samples_per_s": "accepted samples/s",
     "tokens_wasted": "tokens wasted",
     "wasted_frac": "wasted / generated tokens",
+    "short_bias": "trained share: long - short answers",
 }
 # Decimals of a Markdown cell: counts and rates of hundreds need none, seconds two.
 DIGITS = {"steps_to_threshold": 0, "dropped_stale": 0, "dropped_interrupted": 0,
@@ -178,7 +181,7 @@ DIGITS = {"steps_to_threshold": 0, "dropped_stale": 0, "dropped_interrupted": 0,
           "updates_per_s": 1, "wall_s": 2, "cold_start_s": 2, "time_to_threshold_s": 2}
 K_SWEEP = ("acceptance_rate", "dropped_stale", "dropped_interrupted", "resubmissions",
            "tokens_wasted",
-           "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate")
+           "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate", "short_bias")
 
 
 def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

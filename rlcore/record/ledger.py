@@ -97,6 +97,8 @@ def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, work
     return {
         "sample_id": sample_id,
         "task_id": prompt.task.task_id,
+        # the task's own length, whatever was sampled: the prompt audit's axis (C8)
+        "answer_chars": None if prompt.task.answer is None else len(prompt.task.answer),
         "group_id": prompt.group_id,
         "slot": slot,
         "attempt": attempt,

@@ -444,6 +444,7 @@ FIGURES = (
     "staleness",
     "end_to_end",
     "length_bias",
+    "prompt_audit",
 )
 TRACE_FIGURES = ("queue_depth", "worker_activity")
 PLAN_FIGURES = ("plan_vs_measured",)

@@ -22,6 +22,8 @@ rule figures:
         end_to_end_svg=f"{R}/figures/end_to_end.svg",
         length_bias=figure("length_bias", "Staleness"),
         length_bias_svg=f"{R}/figures/length_bias.svg",
+        prompt_audit=figure("prompt_audit", "Staleness"),
+        prompt_audit_svg=f"{R}/figures/prompt_audit.svg",
     log:
         f"{R}/logs/figures.log",
     conda:

@@ -9,6 +9,7 @@ from rlcore.analysis.figures import staleness as staleness_figures
 from rlcore.analysis.figures import traces as traces_of
 from rlcore.analysis.figures.length_bias import draw_length_bias, runs_by_k
 from rlcore.analysis.figures.planner import draw_plan_vs_measured
+from rlcore.analysis.figures.prompts import draw_prompt_audit
 from rlcore.analysis.figures.style import MODE_LABEL
 from rlcore.analysis.tables import WALL, logged, run_row
 
@@ -27,8 +28,9 @@ def grid_figures(smk):
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
     axis = smk.params.k_axis
     on = "" if axis["clock"] == WALL else f", virtual clock {axis['clock']}"
-    draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg,
-                     f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}{on}")
+    title = f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}{on}"
+    draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg, title)
+    draw_prompt_audit(runs_by_k(rows, **axis), out.prompt_audit, out.prompt_audit_svg, title)
 
 
 def trace_figures(smk):

@@ -1,9 +1,9 @@
 """Prompt-level audit of the drop policy (claim C8): the share of a prompt's samples that were
-trained, against the prompt's response length and its pass rate, one line per K.
+trained, against the length of the prompt's reference answer and its pass rate, one line per K.
 
 The counting is in `rlcore/analysis/prompts.py`; `draw_prompt_audit` only lays it out. Prompts
-whose every slot was cut for good have no length or pass rate: they are counted in the legend,
-not drawn.
+whose every slot was cut for good have no pass rate: they are on the length axis only, and
+counted in the legend.
 """
 
 from __future__ import annotations
@@ -14,19 +14,20 @@ from pathlib import Path
 from rlcore.analysis.figures.style import plt, save
 from rlcore.analysis.prompts import binned_shares, runs_prompt_rows, unanswered
 
-LENGTH_BINS = 5  # quantile bins of mean response length
+LENGTH_BINS = 5  # quantile bins of the reference answer's length
 # A pass rate of 4 samples takes the values 0, 1/4, ... 1 (1/3, 2/3 when a slot was cut):
 # one bin around each multiple of 1/4.
 PASS_EDGES = (0.0, 0.125, 0.375, 0.625, 0.875, 1.0)
-PANELS: tuple[tuple[str, int | Sequence[float]], ...] = (("length", LENGTH_BINS),
+PANELS: tuple[tuple[str, int | Sequence[float]], ...] = (("answer_chars", LENGTH_BINS),
                                                          ("pass_rate", PASS_EDGES))
 MIN_PROMPTS = 20  # below this a bin's trained share is mostly noise, so the figure leaves it out
 
 
 def draw_prompt_audit(runs_by_k: dict[int, list[Path]], png: str | Path, svg: str | Path,
                       title: str, min_prompts: int = MIN_PROMPTS) -> None:
-    """Trained share of a prompt's samples against its response length (quantile bins) and its
-    pass rate (bins around multiples of 1/4), one line per K, the runs of each K pooled."""
+    """Trained share of a prompt's samples against its reference answer's length (quantile
+    bins) and its pass rate (bins around multiples of 1/4), one line per K, the runs of each K
+    pooled."""
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6), sharey=True, layout="constrained")
     ks = sorted(runs_by_k)
     cmap = plt.get_cmap("viridis")
@@ -40,7 +41,8 @@ def draw_prompt_audit(runs_by_k: dict[int, list[Path]], png: str | Path, svg: st
             ys = [b["trained_share"] for b in drawn]
             ax.plot(xs, ys, color=color, linewidth=1, marker="o", markersize=4,
                     label=f"K={k}: {len(prompts)} prompts, {silent} with no response")
-    for ax, xlabel in zip(axes, ("prompt's mean response length (tokens; quantile bins)",
+    for ax, xlabel in zip(axes, ("length of the prompt's reference answer (characters; "
+                                 "quantile bins)",
                                  "prompt's pass rate as sampled"), strict=True):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
@@ -49,6 +51,6 @@ def draw_prompt_audit(runs_by_k: dict[int, list[Path]], png: str | Path, svg: st
     if ks:
         axes[0].legend(fontsize=7, title_fontsize=7,
                        title=f"bins with < {min_prompts} prompts left out;\n"
-                             "prompts with no response are on neither axis")
+                             "prompts with no response are left off the right panel")
     fig.suptitle(title, fontsize=10)
     save(fig, png, svg)
