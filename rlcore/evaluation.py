@@ -29,6 +29,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
     greedy_pass = 0
     sampled_pass = 0
     per_task = []
+    lengths: dict[int, int] = {}  # sampled response length in tokens (stop token included)
     for lo in range(0, len(tasks), ev.batch_size):
         chunk, ids = tasks[lo : lo + ev.batch_size], prompts[lo : lo + ev.batch_size]
         greedy = policy.greedy(ids, ro.max_new_tokens)
@@ -39,6 +40,8 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
         sampled = policy.generate(repeated, max_new_tokens=ro.max_new_tokens,
                                   temperature=ro.temperature, chunk_tokens=ro.max_new_tokens,
                                   draws=Draws(seed, keys))
+        for s in sampled:
+            lengths[len(s.response_ids)] = lengths.get(len(s.response_ids), 0) + 1
         for i, task in enumerate(chunk):
             g_ok = evaluate_response(policy.decode_response(greedy[i]), task,
                                      cfg.reward)["pass"]
@@ -58,6 +61,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
         "greedy_pass_rate": greedy_pass / n,
         "sampled_pass_rate": sampled_pass / (n * ev.samples_per_task),
         "eval_s": time.perf_counter() - start,
+        "sampled_lengths": {str(k): lengths[k] for k in sorted(lengths)},
         "per_task": per_task,
     }
 

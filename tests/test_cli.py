@@ -14,6 +14,7 @@ import yaml
 
 from rlcore.cli import main
 from rlcore.config import run_config_schema
+from rlcore.evaluation import run_config_of
 from tests.conftest import small_config
 
 
@@ -166,6 +167,10 @@ class TestEval:
             sum(t["greedy_pass"] for t in result["per_task"]) / 30)
         assert result["sampled_pass_rate"] == pytest.approx(
             sum(t["sampled_passes"] for t in result["per_task"]) / (30 * 2))
+        # every sampled response has a length, at least its stop token, at most the cut
+        lengths = {int(k): n for k, n in result["sampled_lengths"].items()}
+        assert sum(lengths.values()) == 30 * 2
+        assert min(lengths) >= 1 and max(lengths) <= run_config_of(out).rollout.max_new_tokens
         assert "eval.json" in capsys.readouterr().out
 
     def test_eval_of_an_incomplete_directory(self, tmp_path: Path,

@@ -111,3 +111,14 @@ def test_runs_of_each_clock_are_drawn_in_a_panel_of_their_own(tmp_path: Path):
                                             tmp_path / "t.png", tmp_path / "t.svg")
     text = (tmp_path / "t.svg").read_text()
     assert "this machine" not in text and "seconds to train pass ≥ 0.5 (wall clock)" in text
+
+
+def test_length_stats_by_hand():
+    from rlcore.analysis.figures.lengths import length_stats, merge_lengths
+
+    hist = merge_lengths([{"5": 2, "10": 1}, {"10": 3, "40": 4}])
+    assert hist == {5: 2, 10: 4, 40: 4}
+    s = length_stats(hist)
+    # mean (10 + 40 + 160) / 10 = 21; 10 % of 10 is reached at 5, 90 % (9) at 40
+    assert (s["n"], s["mean"], s["p10"], s["p90"]) == (10, 21.0, 5, 40)
+    assert length_stats({})["n"] == 0

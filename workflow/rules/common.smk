@@ -182,6 +182,11 @@ def all_runs(filename):
     return [f"{R}/runs/{RUN_ID.format(**p)}/{filename}" for p in grid_points()]
 
 
+def base_eval_file():
+    """eval_base.json: the base model on the held-out split, in the first grid point's run."""
+    return f"{R}/runs/{RUN_ID.format(**grid_points()[0])}/eval_base.json"
+
+
 def all_replays(filename):
     """One path per replay, e.g. results/replays/wall/areal/paper/k2/pg/seed0/a3po/eval.json."""
     return [f"{R}/replays/{REPLAY_ID.format(**p)}/{filename}" for p in replay_points()]
@@ -445,6 +450,7 @@ FIGURES = (
     "end_to_end",
     "length_bias",
     "prompt_audit",
+    "response_lengths",
 )
 TRACE_FIGURES = ("queue_depth", "worker_activity")
 PLAN_FIGURES = ("plan_vs_measured",)

@@ -5,6 +5,7 @@ rule figures:
     input:
         summaries=all_runs("summary.json"),
         evals=all_runs("eval.json"),
+        base_eval=base_eval_file(),
     output:
         pass_rate=figure("pass_rate", "Learning"),
         pass_rate_svg=f"{R}/figures/pass_rate.svg",
@@ -24,6 +25,8 @@ rule figures:
         length_bias_svg=f"{R}/figures/length_bias.svg",
         prompt_audit=figure("prompt_audit", "Staleness"),
         prompt_audit_svg=f"{R}/figures/prompt_audit.svg",
+        response_lengths=figure("response_lengths", "Learning"),
+        response_lengths_svg=f"{R}/figures/response_lengths.svg",
     log:
         f"{R}/logs/figures.log",
     conda:

@@ -36,3 +36,23 @@ rule run:
     shell:
         "exec rlcore run {input.config} --out {params.run_dir} --force --eval "
         "--exit-with-parent > {log} 2>&1"
+
+
+rule base_eval:
+    # The base model scored on the held-out split with the runs' settings, beside the first
+    # grid point's run (its config says how): the response-length figure's reference.
+    input:
+        run=f"{R}/runs/{RUN_ID}/summary.json",
+    output:
+        f"{R}/runs/{RUN_ID}/eval_base.json",
+    log:
+        f"{R}/logs/base_eval/{RUN_FILE}.log",
+    conda:
+        "../envs/rlcore.yaml"
+    resources:
+        gpu=2,
+    params:
+        run_dir=lambda wildcards, input: os.path.dirname(input.run),
+        code=RUNTIME_CODE,
+    shell:
+        "exec rlcore eval --policy base {params.run_dir} > {log} 2>&1"

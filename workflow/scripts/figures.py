@@ -8,6 +8,7 @@ from rlcore.analysis.figures import learning as figures
 from rlcore.analysis.figures import staleness as staleness_figures
 from rlcore.analysis.figures import traces as traces_of
 from rlcore.analysis.figures.length_bias import draw_length_bias, runs_by_k
+from rlcore.analysis.figures.lengths import draw_response_lengths
 from rlcore.analysis.figures.planner import draw_plan_vs_measured
 from rlcore.analysis.figures.prompts import draw_prompt_audit
 from rlcore.analysis.figures.style import MODE_LABEL
@@ -31,6 +32,9 @@ def grid_figures(smk):
     title = f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}{on}"
     draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg, title)
     draw_prompt_audit(runs_by_k(rows, **axis), out.prompt_audit, out.prompt_audit_svg, title)
+    draw_response_lengths(Path(smk.input.base_eval),
+                          [(r["mode"], Path(r["run_dir"]) / "eval.json") for r in rows],
+                          out.response_lengths, out.response_lengths_svg)
 
 
 def trace_figures(smk):
