@@ -9,6 +9,7 @@ from rlcore.analysis.claims import (
     SUPPORTED,
     UNRESOLVED,
     Effect,
+    arm_from_path,
     claim_from_config,
     claims_markdown,
     claims_table,
@@ -83,12 +84,7 @@ SPEC = {
     "id": "C5", "statement": "AReaL-style has the highest reward per 1k tokens",
     "source": "seed 000, Figure 4", "metric": "reward_per_1k_tokens", "expect": "positive",
     "pairing": "seed",
-    "contrast": [
-        {"weight": 1, "clock": "v100", "mode": "areal", "policy": "areal", "k": 2,
-         "objective": "pg"},
-        {"weight": -1, "clock": "v100", "mode": "sync", "policy": "none", "k": 0,
-         "objective": "pg"},
-    ],
+    "contrast": {"v100/areal/areal/k2/pg": 1, "v100/sync/none/k0/pg": -1},
 }
 
 
@@ -119,6 +115,13 @@ def test_a_claim_without_runs_is_unresolved_and_names_the_missing_arm():
     assert row["verdict"] == UNRESOLVED and row["seeds"] == 0
     assert row["missing_arms"] == "sync/none/K0/pg"
     assert "no runs: sync/none/K0/pg" in claims_markdown([row])
+
+
+def test_an_arm_path_with_one_more_level_is_a_replay():
+    arm = arm_from_path("wall/areal/paper/k8/pg/decoupled", -0.5)
+    assert (arm.clock, arm.mode, arm.policy, arm.staleness_k, arm.objective, arm.replayed,
+            arm.weight) == ("wall", "areal", "paper", 8, "pg", "decoupled", -0.5)
+    assert arm_from_path("wall/sync/none/k0/pg", 1).replayed is None
 
 
 def test_comparison_text():

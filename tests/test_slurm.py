@@ -107,7 +107,8 @@ def test_small_grid_end_to_end_on_slurm(local_slurm: Path, tmp_path: Path):
         write_config(workdir, config)
     before = {j["id"] for j in slurm_jobs()}
 
-    result = on_slurm(on_cluster, "--set-resources", "run:gpu=0", "replay:gpu=0")
+    result = on_slurm(on_cluster, "--set-resources", "run:gpu=0", "replay:gpu=0",
+                      "base_eval:gpu=0")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = [j for j in slurm_jobs() if j["id"] not in before]
     # every job but the target-only `all` went through sbatch, and finished there

@@ -27,7 +27,8 @@ BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
            "quality_throughput", "quality_vs_k", "staleness", "length_bias", "queue_depth",
-           "worker_activity", "quality_vs_k_replayed", "plan_vs_measured")
+           "worker_activity", "quality_vs_k_replayed", "plan_vs_measured", "prompt_audit",
+           "response_lengths")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -46,6 +47,14 @@ def small_pipeline_config() -> dict:
                                              "interrupt": "resubmit"}}},
         "figures": {"trace": {"policy": "paper", "k": 1, "objective": "pg", "seed": 0},
                     "window_s": [0.0, 0.5], "k_axis": {"mode": "areal", "policy": "paper"}},
+        "claims": [
+            {"id": "T1", "statement": "AReaL-style beats sync", "source": "a test",
+             "metric": "heldout_pass_rate", "expect": "positive", "pairing": "none",
+             "contrast": {"wall/areal/paper/k1/pg": 1, "wall/sync/none/k0/pg": -1}},
+            {"id": "T2", "statement": "decoupled beats pg on pg's schedule", "source": "a test",
+             "metric": "heldout_pass_rate", "expect": "positive", "pairing": "seed",
+             "contrast": {"wall/areal/paper/k1/pg/decoupled": 1, "wall/areal/paper/k1/pg": -1}},
+        ],
     }
 
 
@@ -143,6 +152,26 @@ def test_full_run_produces_tables_figures_and_report(pipeline: Path):
         assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
         assert "<svg" in (results / "figures" / f"{name}.svg").read_text()[:2000], name
     assert (results / "report.html").stat().st_size > 100_000
+
+
+def test_claims_table_compares_the_arms_it_names(pipeline: Path):
+    """Each claim's effect is its contrast of the runs' (and replays') held-out pass rates;
+    with one seed no interval exists, so no verdict but 'unresolved' can be reached."""
+    results = pipeline / "results"
+
+    def heldout(path: str) -> float:
+        return json.loads((results / path / "eval.json").read_text())["sampled_pass_rate"]
+
+    rows = {r["claim"]: r for r in read_csv(results / "tables" / "claims.csv")}
+    assert set(rows) == {"T1", "T2"}
+    assert same(rows["T1"]["effect"],
+                heldout(f"runs/{RUN_IDS[1]}") - heldout(f"runs/{RUN_IDS[0]}"))
+    assert same(rows["T2"]["effect"],
+                heldout(f"replays/{RUN_IDS[1]}/decoupled") - heldout(f"runs/{RUN_IDS[1]}"))
+    for r in rows.values():
+        assert r["verdict"] == "unresolved at this power" and r["seeds"] == "1"
+    md = (results / "tables" / "claims.md").read_text()
+    assert "| T1 | AReaL-style beats sync (a test) |" in md
 
 
 def test_replays_are_run_directories_compared_in_pairs(pipeline: Path):
@@ -400,8 +429,8 @@ def append_comment(path: Path) -> None:
 
 
 ALL_BUT_BASE = {"run", "replay", "tables", "figures", "trace_figures", "replay_table",
-                "plan_k_sweep", "plan_figure"}
-ANALYSIS = {"tables", "figures", "trace_figures", "replay_table", "plan_figure"}
+                "plan_k_sweep", "plan_figure", "base_eval", "claims"}
+ANALYSIS = {"tables", "figures", "trace_figures", "replay_table", "plan_figure", "claims"}
 
 
 @pytest.mark.parametrize(("edited", "rerun"), [
@@ -439,9 +468,11 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
             for kind, run_id in [*(("runs", r) for r in RUN_IDS),
                                  *(("replays", f"{RUN_IDS[1]}/{o}") for o in ("pg", "decoupled"))]
             for name in ("summary.json", "eval.json")}
-    # the plan's digest holds the runtime's, which holds both modules
-    assert params_changed(pipeline, source_copy) == runs | {"results/plans/k_sweep.json"} | (
-        {"models/tiny"} if builds_base else set())
+    # the plan's digest holds the runtime's, which holds both modules; the base model's
+    # evaluation runs the same code
+    base_eval = f"results/runs/{RUN_IDS[0]}/eval_base.json"
+    assert params_changed(pipeline, source_copy) == runs | {
+        "results/plans/k_sweep.json", base_eval} | ({"models/tiny"} if builds_base else set())
     jobs = plan_with_sources(pipeline, source_copy)
     assert jobs.get("run") == 2 and jobs.get("tables") == 1
     assert ("base_model" in jobs) == builds_base
@@ -471,10 +502,15 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     (lambda d: d["grid"]["blocks"].__setitem__(
         slice(None), [{**b, "clock": f"virtual:{V100}"} for b in d["grid"]["blocks"]]),
      "grid.blocks has no wall-clock block"),
+    (lambda d: d["claims"][0]["contrast"].update({"wall/areal/paper/k8/pg": 1}),
+     "claims[0] (T1) names the run arm 'wall/areal/paper/k8/pg', which the grid does not make"),
+    (lambda d: d["claims"][1]["contrast"].update({"wall/areal/paper/k1/pg/a3po": 1}),
+     "claims[1] (T2) names the replay arm 'wall/areal/paper/k1/pg/a3po'"),
+    (lambda d: d["claims"][0]["contrast"].update({"wall/sync/none/k0/pg": 0}), "claims"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
         "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis",
         "unknown-profile", "clock-without-profile", "profile-named-wall", "run-clock",
-        "k-axis-clock", "no-wall-block"])
+        "k-axis-clock", "no-wall-block", "claim-arm", "claim-replay-arm", "claim-zero-weight"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str | tuple[str, ...]):
     data = small_pipeline_config()

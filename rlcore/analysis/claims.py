@@ -74,11 +74,19 @@ class Claim:
         return clocks[0] if len(clocks) == 1 else "+".join(clocks)
 
 
+def arm_from_path(path: str, weight: float) -> Arm:
+    """An arm from its path CLOCK/MODE/POLICY/kK/OBJECTIVE[/REPLAYED] (the run or replay
+    directory without the seed)."""
+    clock, mode, policy, k, objective, *replayed = path.split("/")
+    return Arm(weight=float(weight), clock=clock, mode=mode, policy=policy,
+               staleness_k=int(k.removeprefix("k")), objective=objective,
+               replayed=replayed[0] if replayed else None)
+
+
 def claim_from_config(spec: Mapping[str, Any]) -> Claim:
-    """A Claim from one item of the pipeline config's `claims:` (schema-checked there)."""
-    arms = tuple(Arm(weight=float(a["weight"]), clock=a["clock"], mode=a["mode"],
-                     policy=a["policy"], staleness_k=int(a["k"]), objective=a["objective"],
-                     replayed=a.get("replayed")) for a in spec["contrast"])
+    """A Claim from one item of the pipeline config's `claims:` (schema-checked there):
+    `contrast` maps arm paths to weights."""
+    arms = tuple(arm_from_path(path, w) for path, w in spec["contrast"].items())
     return Claim(id=spec["id"], statement=spec["statement"], source=spec["source"],
                  metric=spec["metric"], expect=spec["expect"], pairing=spec["pairing"],
                  arms=arms)

@@ -50,7 +50,7 @@ rule base_eval:
     conda:
         "../envs/rlcore.yaml"
     resources:
-        gpu=2,
+        gpu=1,
     params:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         code=RUNTIME_CODE,
