@@ -67,8 +67,10 @@ lock:
 # the config, the workflow or the captions (rendering it takes seconds even when unchanged).
 REPORT_INPUTS := Snakefile workflow reports $(CONFIG) $(dir $(REPORT))
 
+# The jobs' warm launcher server (docs/launcher.md) is stopped when Snakemake ends, whatever
+# its status; an idle one would exit on its own after 5 minutes.
 run: setup
-	$(SNAKEMAKE)
+	$(SNAKEMAKE); status=$$?; $(BIN)/python -m rlcore.launcher --stop; exit $$status
 	@if [ -f $(REPORT) ] && [ -z "$$(find $(REPORT_INPUTS) -type f -newer $(REPORT) \
 		-not -name '*.pyc' -print -quit)" ]; then \
 		echo "Report up to date: nothing it shows is newer than $(REPORT)"; \

@@ -1,5 +1,6 @@
-import sys
+"""`python -m rlcore`: the `rlcore` program (cli.entry, which skips the interpreter's
+teardown at exit, as the installed script does)."""
 
-from rlcore.cli import main
+from rlcore.cli import entry
 
-sys.exit(main())
+entry()

@@ -7,7 +7,11 @@ packages, not lists of modules, so a new or moved module is counted without an e
             command;
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
             the packages that only read finished runs (`analysis/`), measure them
-            (`measure/`) or predict them (`plan/`): the runs and the replays;
+            (`measure/`), predict them (`plan/`) or start them (`launcher/`, whose jobs
+            match a cold `rlcore run` bit for bit: tests/test_launcher.py): the runs and the
+            replays;
+  launcher  the runtime part and `rlcore/launcher/`: what a warm launcher server has
+            imported, so that an edit of either starts a new server;
   plan      the runtime part and `rlcore/plan/`: the planner's predictions, whose roles'
             twins use the runtime's scheduler, admission and rules;
   analysis  `rlcore/analysis/`: the tables and figures, with the rule's own script.
@@ -24,7 +28,7 @@ from pathlib import Path
 
 PACKAGE = "rlcore"
 # packages no run, replay or base-model job imports
-NOT_RUNTIME = ("analysis", "measure", "plan")
+NOT_RUNTIME = ("analysis", "measure", "plan", "launcher")
 # The command and the packages that building the base model imports.
 BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "config", "clock", "tasks",
         "policy")
@@ -53,6 +57,11 @@ def runtime_files(root: Path) -> list[Path]:
 def plan_files(root: Path) -> list[Path]:
     """The files a plan depends on, below the source tree `root`."""
     return runtime_files(root) + _package_files(root / PACKAGE / "plan")
+
+
+def launcher_files(root: Path) -> list[Path]:
+    """The files a warm launcher server runs jobs with, below the source tree `root`."""
+    return runtime_files(root) + _package_files(root / PACKAGE / "launcher")
 
 
 def analysis_files(root: Path) -> list[Path]:

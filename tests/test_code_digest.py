@@ -8,12 +8,20 @@ pipeline tests (`tests/test_workflow.py`) show what an edit of each part reruns.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rlcore.code_digest import analysis_files, base_files, digest, plan_files, runtime_files
-from tests.import_graph import ROOT, closure, import_graph, imported, modules
+from rlcore.code_digest import (
+    analysis_files,
+    base_files,
+    digest,
+    launcher_files,
+    plan_files,
+    runtime_files,
+)
+from tests.import_graph import ROOT, closure, import_graph, imported, module_name, modules
 
 # The functions of rlcore/cli.py each job's command runs (besides main, entry and the parser).
 COMMANDS = {"run": ("_run",), "replay": ("_replay",), "base_model": ("_build_base",),
@@ -87,16 +95,50 @@ def test_every_part_holds_the_command():
 
 
 def test_parts_split_the_package():
-    """Every file of rlcore/ is in the runtime part or in analysis/, measure/ or plan/; the
-    base part is within the runtime part."""
+    """Every file of rlcore/ is in the runtime part or in analysis/, measure/, plan/ or
+    launcher/; the base part is within the runtime part, the runtime within the launcher's."""
     every = {p for p in (ROOT / "rlcore").rglob("*")
              if p.is_file() and "__pycache__" not in p.parts}
     runtime, analysis = set(runtime_files(ROOT)), set(analysis_files(ROOT))
-    outside = {p for p in every if p.is_relative_to(ROOT / "rlcore" / "measure")
-               or p.is_relative_to(ROOT / "rlcore" / "plan")}
+    outside = {p for p in every if any(p.is_relative_to(ROOT / "rlcore" / name)
+                                       for name in ("measure", "plan", "launcher"))}
     assert runtime | analysis | outside == every
     assert not runtime & (analysis | outside)
-    assert set(base_files(ROOT)) < runtime
+    assert set(base_files(ROOT)) < runtime < set(launcher_files(ROOT))
+
+
+def toplevel_imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The rlcore modules a module imports when it is imported: its statements outside
+    functions (and outside `if TYPE_CHECKING:`)."""
+    def run_at_import(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                yield from run_at_import(node.orelse)
+                continue
+            yield node
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                yield from run_at_import(getattr(node, field, []))
+
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imported(run_at_import(ast.parse(path.read_text()).body), package, known) - {name}
+
+
+def test_the_launcher_part_holds_what_its_server_imports():
+    """A warm launcher server is replaced when its part changes, so the part must hold
+    every rlcore module the server has imported before it forks a job: what its preload
+    list imports at import time. What a job imports later, it reads from disk itself."""
+    from rlcore.launcher.server import PRELOAD
+
+    known = modules()
+    graph = {name: toplevel_imports(path, known) for name, path in known.items()}
+    start = {n for n in PRELOAD if n.startswith("rlcore")} | {"rlcore.launcher.server"}
+    reached = closure(start, graph)
+    assert {"rlcore.launcher.job", "rlcore.runners.areal", "rlcore.cli"} <= reached
+    assert not any(n.startswith(("rlcore.measure", "rlcore.plan")) for n in reached)
+    assert outside(reached, launcher_files(ROOT)) == []
 
 
 def test_digest_follows_paths_and_contents(tmp_path: Path):

@@ -25,6 +25,7 @@ LAYERS = (
     "rlcore.analysis",
     "rlcore.measure",
     "rlcore.cli",
+    "rlcore.launcher",
     "rlcore.__main__",
 )
 # What only reads finished runs imports no runtime (the runs' code digest leaves it out).

@@ -33,10 +33,25 @@ def machine_cpu_seconds(stat: Path = Path("/proc/stat")) -> float | None:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+# When the job this process runs began, in seconds since the epoch, where that is not this
+# process's own start: a job forked from the warm launcher (rlcore/launcher/) began when its
+# client started, and what it waited for is the client's start-up plus the fork.
+_job_start: float | None = None
+
+
+def set_job_start(epoch_s: float | None) -> None:
+    """Date this process's job from `epoch_s` (time.time() at its start; None: from this
+    process's start)."""
+    global _job_start
+    _job_start = epoch_s
+
+
 def process_age_s(stat: Path = Path("/proc/self/stat"),
                   uptime: Path = Path("/proc/uptime")) -> float | None:
-    """Seconds since this process started (its start tick against the machine's uptime);
-    None off Linux."""
+    """Seconds since this process started (its start tick against the machine's uptime), or
+    since its job started (`set_job_start`); None off Linux."""
+    if _job_start is not None:
+        return max(0.0, time.time() - _job_start)
     try:
         text, up = stat.read_text(), float(uptime.read_text().split()[0])
     except OSError:

@@ -26,6 +26,11 @@ config["run"] = config_from_dict(config["run"]).to_dict()
 
 R = config["results"]  # every output lives below this directory
 
+# How run and replay jobs start (`python -m rlcore.launcher`, docs/launcher.md): forked from
+# a warm server, or cold. An RLCORE_LAUNCHER already in the environment wins. The jobs
+# inherit it; their shell commands stay the same, so switching reruns nothing.
+os.environ.setdefault("RLCORE_LAUNCHER", config["launcher"])
+
 # Each rule's code digest is a parameter, so an edit reruns exactly what it can change: the
 # base part for the base model, the runtime part for runs and replays, the analysis part
 # (plus the rule's script) for tables and figures (rlcore/code_digest.py says which files

@@ -22,8 +22,9 @@ rule replay:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
         code=RUNTIME_CODE,
+    # started as a run is (rules/runs.smk)
     shell:
-        "exec rlcore replay {params.run_dir} --out {params.out_dir} "
+        "exec python -m rlcore.launcher replay {params.run_dir} --out {params.out_dir} "
         "--set train.objective={wildcards.replayed} --force --eval --exit-with-parent "
         "> {log} 2>&1"
 

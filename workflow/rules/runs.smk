@@ -31,11 +31,14 @@ rule run:
     params:
         run_dir=lambda wildcards, output: os.path.dirname(output.summary),
         code=RUNTIME_CODE,
-    # exec: rlcore replaces the shell and becomes Snakemake's own child, so that with
-    # --exit-with-parent a killed Snakemake takes the run (and its workers) with it.
+    # `python -m rlcore.launcher run` is `rlcore run`, forked from a server that has imported
+    # torch already (docs/launcher.md; `launcher: cold` in the config for a fresh process).
+    # exec: the launcher's client replaces the shell and becomes Snakemake's own child, so
+    # that with --exit-with-parent a killed Snakemake takes the client with it, and the
+    # server then the run (and its workers).
     shell:
-        "exec rlcore run {input.config} --out {params.run_dir} --force --eval "
-        "--exit-with-parent > {log} 2>&1"
+        "exec python -m rlcore.launcher run {input.config} --out {params.run_dir} --force "
+        "--eval --exit-with-parent > {log} 2>&1"
 
 
 rule base_eval:
@@ -55,4 +58,4 @@ rule base_eval:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         code=RUNTIME_CODE,
     shell:
-        "exec rlcore eval --policy base {params.run_dir} > {log} 2>&1"
+        "exec python -m rlcore.launcher eval --policy base {params.run_dir} > {log} 2>&1"
