@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlcore.analysis.prompts import run_short_bias
 from rlcore.clock.profile import HARDWARE_DIR, profile_path
 from rlcore.policy.stand_in import build_stand_in
 from tests.conftest import small_config
@@ -54,6 +55,9 @@ def small_pipeline_config() -> dict:
             {"id": "T2", "statement": "decoupled beats pg on pg's schedule", "source": "a test",
              "metric": "heldout_pass_rate", "expect": "positive", "pairing": "seed",
              "contrast": {"wall/areal/paper/k1/pg/decoupled": 1, "wall/areal/paper/k1/pg": -1}},
+            {"id": "T3", "statement": "long problems are trained less", "source": "a test",
+             "metric": "short_bias", "expect": "negative", "pairing": "seed",
+             "contrast": {"wall/areal/paper/k1/pg": 1}},
         ],
     }
 
@@ -165,7 +169,8 @@ def test_claims_table_compares_the_arms_it_names(pipeline: Path):
         return json.loads((results / path / "eval.json").read_text())["sampled_pass_rate"]
 
     rows = {r["claim"]: r for r in read_csv(results / "tables" / "claims.csv")}
-    assert set(rows) == {"T1", "T2"}
+    assert set(rows) == {"T1", "T2", "T3"}
+    assert same(rows["T3"]["effect"], run_short_bias(results / "runs" / RUN_IDS[1]))
     assert same(rows["T1"]["effect"],
                 heldout(f"runs/{RUN_IDS[1]}") - heldout(f"runs/{RUN_IDS[0]}"))
     assert same(rows["T2"]["effect"],

@@ -117,7 +117,6 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "tokens_wasted": t["stale_dropped"] + t["interrupted"],
         "wasted_frac": (t["stale_dropped"] + t["interrupted"]) / t["generated"]
         if t["generated"] else 0.0,
-        "short_bias": run_short_bias(run_dir),
     }
 
 
@@ -194,8 +193,10 @@ def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per mode, policy, objective and K: acceptance, drops (stale; interrupted on the last
     allowed attempt), resubmissions, wasted tokens,
-    accepted throughput, final pass rate."""
-    return aggregate(rows, K_SWEEP)
+    accepted throughput, final pass rate, and the prompt audit's `short_bias` (read from
+    each run's samples.jsonl here, the one table that shows it)."""
+    return aggregate([{**r, "short_bias": run_short_bias(Path(r["run_dir"]))} for r in rows],
+                     K_SWEEP)
 
 
 def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL

@@ -160,32 +160,29 @@ def _connect(directory: Path) -> Channel | None:
     return Channel(sock)
 
 
-def ping(directory: Path) -> dict[str, Any] | None:
-    """The server's key and pid, or None if no server answers."""
+def _ask(directory: Path, op: str) -> dict[str, Any] | None:
+    """The server's reply to a one-message request `op`, or None if no server answers."""
     chan = _connect(directory)
     if chan is None:
         return None
     with chan.sock:
         try:
-            chan.send({"op": "ping"})
+            chan.send({"op": op})
             reply, _ = chan.receive(timeout=ACK_S)
         except (OSError, TimeoutError):
             return None
     return reply
 
 
+def ping(directory: Path) -> dict[str, Any] | None:
+    """The server's key and pid, or None if no server answers."""
+    return _ask(directory, "ping")
+
+
 def stop(directory: Path) -> int | None:
     """Ask the server in `directory` to stop (it finishes its running jobs); its pid, or
     None if none answered."""
-    chan = _connect(directory)
-    if chan is None:
-        return None
-    with chan.sock:
-        try:
-            chan.send({"op": "stop"})
-            reply, _ = chan.receive(timeout=ACK_S)
-        except (OSError, TimeoutError):
-            return None
+    reply = _ask(directory, "stop")
     return reply.get("stopped") if reply else None
 
 

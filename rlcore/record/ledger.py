@@ -25,7 +25,6 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from rlcore.policy.sampler import Generation
 from rlcore.record.live_metrics import TB_DIR, LiveMetrics, update_scalars
 from rlcore.record.machine_load import LoadMeter, process_age_s
 from rlcore.record.rundir import RunDirectory, environment_info
+from rlcore.record.samples import OpenSample, sample_row
 from rlcore.record.schedule import SCHEDULE_FILE, GenerationRecord, ScheduleLog, TrainerOp
 from rlcore.record.summary import (
     LedgerSnapshot,
@@ -71,60 +71,6 @@ IN_PLACE_COMMIT = {"time/weight_write_s": 0.0, "time/commit_latency_s": 0.0,
                    "time/commit_s": 0.0}
 
 
-@dataclass
-class _OpenSample:
-    """A scored sample whose fate is not decided yet (its row is not written)."""
-
-    prompt: Prompt
-    gen: Generation
-    scored: dict[str, Any]
-    arrival_version: int
-    staleness_at_arrival: int
-    slot: int
-    attempt: int
-    worker: str
-    t_emit: float
-
-
-def _sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, worker: str,
-                policy_version: int, policy_version_max: int, current_version: int,
-                staleness: int | None, staleness_at_arrival: int | None, status: str,
-                batch_id: int | None, advantage: float | None, scored: dict[str, Any],
-                response_ids: list[int] | None,
-                response_tokens: int, finished: bool, logprob_sum: float | None,
-                t_emit: float) -> dict[str, Any]:
-    """One line of samples.jsonl: its fields and their order, for every status."""
-    return {
-        "sample_id": sample_id,
-        "task_id": prompt.task.task_id,
-        # the task's own length, whatever was sampled: the prompt audit's axis (C8)
-        "answer_chars": None if prompt.task.answer is None else len(prompt.task.answer),
-        "group_id": prompt.group_id,
-        "slot": slot,
-        "attempt": attempt,
-        "worker": worker,
-        "policy_version": policy_version,
-        "policy_version_max": policy_version_max,
-        "current_version": current_version,
-        "staleness": staleness,
-        "staleness_at_arrival": staleness_at_arrival,
-        "status": status,
-        "batch_id": batch_id,
-        "advantage": advantage,
-        "reward": scored["reward"],
-        "pass": scored["pass"],
-        "response": scored["response"],
-        "response_ids": response_ids,
-        "response_tokens": response_tokens,
-        "finished": finished,
-        "logprob_sum": logprob_sum,
-        # code tasks: how many tests passed, and the first failure (None when all passed);
-        # any task: what the harness raised instead of judging the response
-        **{k: scored[k] for k in ("tests_passed", "error", "harness_error") if k in scored},
-        "t_emit": t_emit,
-    }
-
-
 class RunLedger:
     """Records one run into its directory; see the module docstring for the vocabulary."""
 
@@ -137,7 +83,7 @@ class RunLedger:
         self.startup_s = process_age_s() or 0.0
         self.samples: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
-        self._open: dict[int, _OpenSample] = {}
+        self._open: dict[int, OpenSample] = {}
         self._rows: dict[int, dict[str, Any]] = {}
         self._next_id = 0
         self.spans: dict[str, list[tuple[float, float]]] = {r: [] for r in ROLES}
@@ -186,7 +132,7 @@ class RunLedger:
         """Open a scored sample (its staleness taken now, on arrival); returns its id."""
         sample_id = self._new_id(sample_id)
         v = rollout_version(gen.versions, current_version)
-        self._open[sample_id] = _OpenSample(prompt, gen, scored, current_version,
+        self._open[sample_id] = OpenSample(prompt, gen, scored, current_version,
                                             staleness(current_version, v), slot, attempt,
                                             worker, t_emit)
         return sample_id
@@ -202,7 +148,7 @@ class RunLedger:
         s = self._open.pop(sample_id)
         g = s.gen
         v = rollout_version(g.versions, current_version)  # the oldest token's
-        row = _sample_row(
+        row = sample_row(
             sample_id, s.prompt, slot=s.slot, attempt=s.attempt, worker=s.worker,
             policy_version=v,
             policy_version_max=max(g.versions) if g.versions else current_version,
@@ -240,7 +186,7 @@ class RunLedger:
                          sample_id: int | None = None) -> None:
         """The row of a slot whose last allowed attempt was interrupted: no response."""
         sample_id = self._new_id(sample_id)
-        self._record_sample(_sample_row(
+        self._record_sample(sample_row(
             sample_id, prompt, slot=slot, attempt=attempt, worker=worker,
             policy_version=old_version, policy_version_max=old_version,
             current_version=new_version, staleness=None, staleness_at_arrival=None,
