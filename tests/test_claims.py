@@ -88,10 +88,10 @@ SPEC = {
 }
 
 
-def _row(mode, policy, k, seed, value, clock="v100", replayed=None):
+def _row(mode, policy, k, seed, value, clock="v100", replayed=None, job_s=60.0):
     return {"clock": clock, "mode": mode, "policy": policy, "staleness_k": k,
             "objective": "pg", "replayed": replayed, "seed": seed,
-            "reward_per_1k_tokens": value}
+            "reward_per_1k_tokens": value, "job_s": job_s}
 
 
 def test_claims_table_from_rows():
@@ -100,18 +100,51 @@ def test_claims_table_from_rows():
     rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
     rows.append(_row("sync", "none", 0, 0, 50.0, clock="wall"))  # another clock: ignored
     rows.append(_row("areal", "areal", 2, 0, 50.0, replayed="decoupled"))  # a replay: ignored
-    (row,) = claims_table([claim], rows)
+    (row,) = claims_table([claim], rows, budget_min=20)
     assert row["effect"] == pytest.approx(5 / 3)
     assert row["verdict"] == SUPPORTED and row["seeds"] == 3 and row["seeds_needed"] == 3
     assert row["missing_arms"] == ""
+    # one seed of the two arms: a minute each; three seeds: 6 job-minutes
+    assert row["job_min_per_seed"] == pytest.approx(2.0)
+    assert row["job_min_at_need"] == pytest.approx(6.0) and not row["beyond_budget"]
     md = claims_markdown([row])
-    assert "| C5 |" in md and "supported" in md and "3 / 3" in md
+    assert "| C5 |" in md and "| supported |" in md and "3 / 3 (~6 job-min)" in md
+
+
+def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
+    claim = claim_from_config(SPEC)
+    # per-seed contrasts 1, -1, 1: mean 1/3, sd 2/sqrt(3); need
+    # (1.96 + 0.8416)^2 * (sd / mean)^2 + 1.96^2 / 2 = 7.849 * 12 + 1.921 = 96.1 -> 97
+    rows = [_row("areal", "areal", 2, s, v, job_s=30.0) for s, v in enumerate([1.0, 0.0, 1.0])]
+    rows += [_row("sync", "none", 0, s, v, job_s=j)
+             for s, v, j in [(0, 0.0, 10.0), (1, 1.0, 20.0), (2, 0.0, 90.0)]]
+    (row,) = claims_table([claim], rows, budget_min=20)
+    assert row["verdict"] == UNRESOLVED and row["seeds_needed"] == 97
+    assert row["job_min_per_seed"] == pytest.approx((30 + 20) / 60)  # medians, summed
+    assert row["beyond_budget"]
+    assert "97 (~81 job-min)" in claims_markdown([row])
+    assert "the seeds it needs are beyond a 20-min run" in claims_markdown([row])
+    (row,) = claims_table([claim], rows, budget_min=90)
+    assert "the seeds it needs are within a 90-min run" in claims_markdown([row])
+
+
+def test_a_replay_arm_is_priced_with_the_live_run_it_replays():
+    spec = {**SPEC, "contrast": {"v100/areal/areal/k2/pg/decoupled": 1,
+                                 "v100/areal/areal/k2/pg/behav_clip": -1}}
+    rows = [_row("areal", "areal", 2, s, 1.0, job_s=40.0) for s in range(2)]
+    rows += [_row("areal", "areal", 2, s, 1.0, replayed=r, job_s=5.0)
+             for s in range(2) for r in ("decoupled", "behav_clip")]
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20)
+    assert row["job_min_per_seed"] == pytest.approx((40 + 5 + 5) / 60)
+    rows = [r for r in rows if r["replayed"]]  # the live run missing: no price
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20)
+    assert math.isnan(row["job_min_per_seed"]) and row["beyond_budget"]
 
 
 def test_a_claim_without_runs_is_unresolved_and_names_the_missing_arm():
     claim = claim_from_config(SPEC)
     rows = [_row("areal", "areal", 2, s, 1.0) for s in range(3)]
-    (row,) = claims_table([claim], rows)
+    (row,) = claims_table([claim], rows, budget_min=20)
     assert row["verdict"] == UNRESOLVED and row["seeds"] == 0
     assert row["missing_arms"] == "sync/none/K0/pg"
     assert "no runs: sync/none/K0/pg" in claims_markdown([row])

@@ -15,7 +15,11 @@ The verdict comes from the interval alone: *supported* when it lies wholly on th
 zero the claim predicts, *contradicted* when it lies wholly on the other side, otherwise
 *unresolved at this power*. Beside it, the seeds per arm that a two-sided test at
 alpha = 0.05 would need for power 0.8 at the effect and spread observed (Guenther's
-correction of the normal approximation).
+correction of the normal approximation), and what those seeds would cost this machine: the
+median `time.job_s` of each arm's jobs (a replay arm's live run included), summed over the
+arms, times the seeds needed. A claim whose arms alone would take longer than the budget
+(`claims_budget_min`, the 20 minutes a fresh `make run` is meant to fit in) cannot be
+resolved in one, and its row says so.
 """
 
 from __future__ import annotations
@@ -183,9 +187,26 @@ def arm_values(rows: Iterable[Mapping[str, Any]], arm: Arm, metric: str) -> dict
     return out
 
 
-def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def job_s_per_seed(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> float:
+    """This machine's seconds one more seed of the claim's arms costs: the median `job_s`
+    of each arm's jobs, summed, with the live run each replay arm replays (once); nan when
+    an arm has no job to price."""
+    keys = {a.key() for a in claim.arms} | {(*a.key()[:-1], None) for a in claim.arms}
+    times: dict[tuple[Any, ...], list[float]] = {k: [] for k in keys}
+    for r in rows:
+        key = tuple(r.get(k) for k in ARM_KEYS)
+        if key in times and r.get("job_s") is not None:
+            times[key].append(float(r["job_s"]))
+    if any(not t for t in times.values()):
+        return math.nan
+    return sum(statistics.median(t) for t in times.values())
+
+
+def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], budget_min: float
+             ) -> dict[str, Any]:
     """One row of the claims table for `claim` over run and replay `rows` (each with the
-    ARM_KEYS, `seed` and the claim's metric)."""
+    ARM_KEYS, `seed`, `job_s` and the claim's metric); `budget_min` is the minutes of jobs
+    the claim's arms may take at the seeds it needs."""
     per_arm = [arm_values(rows, arm, claim.metric) for arm in claim.arms]
     weights = [a.weight for a in claim.arms]
     paired = claim.pairing == "seed"
@@ -194,6 +215,9 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     else:
         effect = unpaired_effect([list(v.values()) for v in per_arm], weights)
     missing = [a.label() for a, v in zip(claim.arms, per_arm, strict=True) if not v]
+    need = seeds_needed(effect.mean, effect.spread, paired)
+    per_seed = job_s_per_seed(claim, rows)
+    at_need = need * per_seed / 60 if math.isfinite(need) else need
     return {
         "claim": claim.id,
         "statement": claim.statement,
@@ -206,16 +230,21 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "ci95_lo": effect.lo,
         "ci95_hi": effect.hi,
         "seeds": effect.seeds,
-        "seeds_needed": seeds_needed(effect.mean, effect.spread, paired),
+        "seeds_needed": need,
+        "job_min_per_seed": per_seed / 60,
+        # the claim's arms alone at the seeds it needs, one job at a time on this machine
+        "job_min_at_need": at_need,
+        "budget_min": budget_min,
+        "beyond_budget": not at_need <= budget_min,  # nan and inf included
         "verdict": verdict(effect, claim.expect),
         "missing_arms": "; ".join(missing),
     }
 
 
-def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]]
-                 ) -> list[dict[str, Any]]:
+def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]],
+                 budget_min: float) -> list[dict[str, Any]]:
     """The claims table, one row per comparison, in the config's order."""
-    return [evaluate(c, rows) for c in claims]
+    return [evaluate(c, rows, budget_min) for c in claims]
 
 
 def _num(x: float, digits: int) -> str:
@@ -227,12 +256,20 @@ def _num(x: float, digits: int) -> str:
 
 
 def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
-    """The claims table as Markdown: claim, comparison, effect [95 % CI], seeds, verdict."""
+    """The claims table as Markdown: claim, comparison, effect [95 % CI], seeds (with the
+    minutes of jobs the seeds needed would take), verdict (and whether more seeds could
+    resolve it within the budget)."""
     lines = ["| claim | statement (source) | comparison | effect [95 % CI] | seeds "
              "(have / need) | verdict |", "|---|---|---|---|---|---|"]
     for r in table:
         need = r["seeds_needed"]
         need_text = "n/a" if math.isnan(need) else ("inf" if math.isinf(need) else f"{need:.0f}")
+        if math.isfinite(r["job_min_at_need"]):
+            need_text += f" (~{r['job_min_at_need']:.0f} job-min)"
+        verdict_text = r["verdict"]
+        if r["verdict"] == UNRESOLVED and not need <= r["seeds"]:
+            where = "beyond" if r["beyond_budget"] else "within"
+            verdict_text += f"; the seeds it needs are {where} a {r['budget_min']:g}-min run"
         effect = (f"{_num(r['effect'], digits)} [{_num(r['ci95_lo'], digits)}, "
                   f"{_num(r['ci95_hi'], digits)}]")
         expect = "> 0" if r["expect"] == "positive" else "< 0"
@@ -240,5 +277,5 @@ def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
                                         if r["missing_arms"] else "")
         lines.append(f"| {r['claim']} | {r['statement']} ({r['source']}) | {comparison}; "
                      f"claim: {expect} | {effect} | {r['seeds']} / {need_text} | "
-                     f"{r['verdict']} |")
+                     f"{verdict_text} |")
     return "\n".join(lines) + "\n"

@@ -42,7 +42,7 @@ def replay_row(replay_dir: Path) -> dict[str, Any]:
             "policy": replay_dir.parents[3].name,
             "staleness_k": s["staleness_k"], "live_objective": replay_dir.parents[1].name,
             "objective": s["objective"], "seed": s["seed"],
-            "kind": s["reproducibility"]["replay"]["kind"],
+            "kind": s["reproducibility"]["replay"]["kind"], "job_s": s["time"]["job_s"],
             "heldout_pass_rate": ev["sampled_pass_rate"]}
 
 

@@ -111,6 +111,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         # the job's start-up is this machine's time, before any clock of the run starts: a
         # virtual run has no start-up on its profile's hardware to report
         "startup_s": s["time"]["startup_s"] if clock == WALL else None,
+        "job_s": s["time"]["job_s"],  # this machine's, on any clock: what a seed costs here
         "contended": s["load"]["contended"],
         "overlap_frac": s["time"]["overlap_frac"],
         "tokens_generated": t["generated"],

@@ -51,6 +51,7 @@ rule claims:
         "../envs/rlcore.yaml"
     params:
         claims=config.get("claims", []),
+        budget_min=config["claims_budget_min"],
         code=analysis_code("claims.py"),
     script:
         "../scripts/claims.py"

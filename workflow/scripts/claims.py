@@ -25,7 +25,7 @@ def main(smk):
     for r in rows:
         if r["replayed"] is None and tuple(r[k] for k in ARM_KEYS) in audited:
             r["short_bias"] = run_short_bias(Path(r["run_dir"]))
-    table = claims_table(claims, rows)
+    table = claims_table(claims, rows, smk.params.budget_min)
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
 
