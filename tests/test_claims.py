@@ -104,11 +104,11 @@ def test_claims_table_from_rows():
     assert row["effect"] == pytest.approx(5 / 3)
     assert row["verdict"] == SUPPORTED and row["seeds"] == 3 and row["seeds_needed"] == 3
     assert row["missing_arms"] == ""
-    # one seed of the two arms: a minute each; three seeds: 6 job-minutes
-    assert row["job_min_per_seed"] == pytest.approx(2.0)
-    assert row["job_min_at_need"] == pytest.approx(6.0) and not row["beyond_budget"]
+    # one seed of the two arms: a minute each; it has the seeds it needs: nothing more
+    assert row["job_min_per_seed"] == pytest.approx(2.0) and row["extra_job_min"] == 0
+    assert row["spare_min"] == pytest.approx(20 - 8)  # 8 jobs of a minute read
     md = claims_markdown([row])
-    assert "| C5 |" in md and "| supported |" in md and "3 / 3 (~6 job-min)" in md
+    assert "| C5 |" in md and "| supported |" in md and "| 3 / 3 |" in md
 
 
 def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
@@ -121,11 +121,13 @@ def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
     (row,) = claims_table([claim], rows, budget_min=20)
     assert row["verdict"] == UNRESOLVED and row["seeds_needed"] == 97
     assert row["job_min_per_seed"] == pytest.approx((30 + 20) / 60)  # medians, summed
-    assert row["beyond_budget"]
-    assert "97 (~81 job-min)" in claims_markdown([row])
-    assert "the seeds it needs are beyond a 20-min run" in claims_markdown([row])
+    # 94 seeds more at 50 s: 78.3 min; the jobs read took 3 x 30 + 120 s = 3.5 min
+    assert row["extra_job_min"] == pytest.approx(94 * 50 / 60)
+    assert row["spare_min"] == pytest.approx(16.5) and row["beyond_budget"]
+    assert "3 / 97 (+78.3 job-min)" in claims_markdown([row])
+    assert "unresolved at this power; more seeds do not fit the budget" in claims_markdown([row])
     (row,) = claims_table([claim], rows, budget_min=90)
-    assert "the seeds it needs are within a 90-min run" in claims_markdown([row])
+    assert "; more seeds fit the budget" in claims_markdown([row])
 
 
 def test_a_replay_arm_is_priced_with_the_live_run_it_replays():

@@ -15,11 +15,11 @@ The verdict comes from the interval alone: *supported* when it lies wholly on th
 zero the claim predicts, *contradicted* when it lies wholly on the other side, otherwise
 *unresolved at this power*. Beside it, the seeds per arm that a two-sided test at
 alpha = 0.05 would need for power 0.8 at the effect and spread observed (Guenther's
-correction of the normal approximation), and what those seeds would cost this machine: the
-median `time.job_s` of each arm's jobs (a replay arm's live run included), summed over the
-arms, times the seeds needed. A claim whose arms alone would take longer than the budget
-(`claims_budget_min`, the 20 minutes a fresh `make run` is meant to fit in) cannot be
-resolved in one, and its row says so.
+correction of the normal approximation), and what the seeds it lacks would cost this
+machine: the median `time.job_s` of each arm's jobs (a replay arm's live run included),
+summed over the arms, times the seeds missing. The row says whether that fits the budget's
+spare: `claims_budget_min` (the minutes of run and replay jobs a fresh `make run` has room
+for) less the minutes the jobs read here took.
 """
 
 from __future__ import annotations
@@ -202,11 +202,11 @@ def job_s_per_seed(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> float:
     return sum(statistics.median(t) for t in times.values())
 
 
-def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], budget_min: float
+def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float
              ) -> dict[str, Any]:
     """One row of the claims table for `claim` over run and replay `rows` (each with the
-    ARM_KEYS, `seed`, `job_s` and the claim's metric); `budget_min` is the minutes of jobs
-    the claim's arms may take at the seeds it needs."""
+    ARM_KEYS, `seed`, `job_s` and the claim's metric); `spare_min` is the minutes of jobs
+    the budget has left for more seeds."""
     per_arm = [arm_values(rows, arm, claim.metric) for arm in claim.arms]
     weights = [a.weight for a in claim.arms]
     paired = claim.pairing == "seed"
@@ -217,7 +217,7 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], budget_min: float
     missing = [a.label() for a, v in zip(claim.arms, per_arm, strict=True) if not v]
     need = seeds_needed(effect.mean, effect.spread, paired)
     per_seed = job_s_per_seed(claim, rows)
-    at_need = need * per_seed / 60 if math.isfinite(need) else need
+    extra = max(0.0, need - effect.seeds) * per_seed / 60 if math.isfinite(need) else need
     return {
         "claim": claim.id,
         "statement": claim.statement,
@@ -232,10 +232,10 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], budget_min: float
         "seeds": effect.seeds,
         "seeds_needed": need,
         "job_min_per_seed": per_seed / 60,
-        # the claim's arms alone at the seeds it needs, one job at a time on this machine
-        "job_min_at_need": at_need,
-        "budget_min": budget_min,
-        "beyond_budget": not at_need <= budget_min,  # nan and inf included
+        # the seeds it lacks, for its arms alone, one job at a time on this machine
+        "extra_job_min": extra,
+        "spare_min": spare_min,
+        "beyond_budget": not extra <= spare_min,  # nan and inf included
         "verdict": verdict(effect, claim.expect),
         "missing_arms": "; ".join(missing),
     }
@@ -243,8 +243,11 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], budget_min: float
 
 def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]],
                  budget_min: float) -> list[dict[str, Any]]:
-    """The claims table, one row per comparison, in the config's order."""
-    return [evaluate(c, rows, budget_min) for c in claims]
+    """The claims table, one row per comparison, in the config's order; `budget_min` is the
+    minutes of jobs a run of the grid has room for, of which `rows` (runs and replays) took
+    their `job_s`."""
+    spare = budget_min - sum(float(r["job_s"]) for r in rows) / 60
+    return [evaluate(c, rows, spare) for c in claims]
 
 
 def _num(x: float, digits: int) -> str:
@@ -257,19 +260,19 @@ def _num(x: float, digits: int) -> str:
 
 def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
     """The claims table as Markdown: claim, comparison, effect [95 % CI], seeds (with the
-    minutes of jobs the seeds needed would take), verdict (and whether more seeds could
-    resolve it within the budget)."""
+    job-minutes the seeds it lacks would take), verdict (and whether those fit the budget's
+    spare)."""
     lines = ["| claim | statement (source) | comparison | effect [95 % CI] | seeds "
              "(have / need) | verdict |", "|---|---|---|---|---|---|"]
     for r in table:
         need = r["seeds_needed"]
         need_text = "n/a" if math.isnan(need) else ("inf" if math.isinf(need) else f"{need:.0f}")
-        if math.isfinite(r["job_min_at_need"]):
-            need_text += f" (~{r['job_min_at_need']:.0f} job-min)"
+        if math.isfinite(r["extra_job_min"]) and r["extra_job_min"] > 0:
+            need_text += f" (+{r['extra_job_min']:.1f} job-min)"
         verdict_text = r["verdict"]
         if r["verdict"] == UNRESOLVED and not need <= r["seeds"]:
-            where = "beyond" if r["beyond_budget"] else "within"
-            verdict_text += f"; the seeds it needs are {where} a {r['budget_min']:g}-min run"
+            verdict_text += ("; more seeds do not fit the budget" if r["beyond_budget"]
+                             else "; more seeds fit the budget")
         effect = (f"{_num(r['effect'], digits)} [{_num(r['ci95_lo'], digits)}, "
                   f"{_num(r['ci95_hi'], digits)}]")
         expect = "> 0" if r["expect"] == "positive" else "< 0"
