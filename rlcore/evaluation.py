@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
     greedy_pass = 0
     sampled_pass = 0
     per_task = []
-    lengths: dict[int, int] = {}  # sampled response length in tokens (stop token included)
+    lengths: Counter[int] = Counter()  # sampled response lengths, tokens (stop included)
     for lo in range(0, len(tasks), ev.batch_size):
         chunk, ids = tasks[lo : lo + ev.batch_size], prompts[lo : lo + ev.batch_size]
         greedy = policy.greedy(ids, ro.max_new_tokens)
@@ -40,8 +41,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
         sampled = policy.generate(repeated, max_new_tokens=ro.max_new_tokens,
                                   temperature=ro.temperature, chunk_tokens=ro.max_new_tokens,
                                   draws=Draws(seed, keys))
-        for s in sampled:
-            lengths[len(s.response_ids)] = lengths.get(len(s.response_ids), 0) + 1
+        lengths.update(len(s.response_ids) for s in sampled)
         for i, task in enumerate(chunk):
             g_ok = evaluate_response(policy.decode_response(greedy[i]), task,
                                      cfg.reward)["pass"]

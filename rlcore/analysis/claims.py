@@ -177,12 +177,16 @@ def verdict(effect: Effect, expect: str) -> str:
     return UNRESOLVED
 
 
+def row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A run's or replay's row keyed as an arm is (`Arm.key`)."""
+    return tuple(row.get(k) for k in ARM_KEYS)
+
+
 def arm_values(rows: Iterable[Mapping[str, Any]], arm: Arm, metric: str) -> dict[int, float]:
     """{seed: metric} of the rows (runs or replays) an arm selects; missing values skipped."""
     out = {}
     for r in rows:
-        key = tuple(r.get(k) for k in ARM_KEYS)
-        if key == arm.key() and r.get(metric) is not None:
+        if row_key(r) == arm.key() and r.get(metric) is not None:
             out[int(r["seed"])] = float(r[metric])
     return out
 
@@ -194,8 +198,7 @@ def job_s_per_seed(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> float:
     keys = {a.key() for a in claim.arms} | {(*a.key()[:-1], None) for a in claim.arms}
     times: dict[tuple[Any, ...], list[float]] = {k: [] for k in keys}
     for r in rows:
-        key = tuple(r.get(k) for k in ARM_KEYS)
-        if key in times and r.get("job_s") is not None:
+        if (key := row_key(r)) in times:
             times[key].append(float(r["job_s"]))
     if any(not t for t in times.values()):
         return math.nan

@@ -134,8 +134,8 @@ class RunLedger:
         sample_id = self._new_id(sample_id)
         v = rollout_version(gen.versions, current_version)
         self._open[sample_id] = OpenSample(prompt, gen, scored, current_version,
-                                            staleness(current_version, v), slot, attempt,
-                                            worker, t_emit)
+                                           staleness(current_version, v), slot, attempt,
+                                           worker, t_emit)
         return sample_id
 
     def settle(self, sample_id: int, status: str, *, current_version: int,

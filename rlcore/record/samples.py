@@ -29,12 +29,12 @@ class OpenSample:
 
 
 def sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, worker: str,
-                policy_version: int, policy_version_max: int, current_version: int,
-                staleness: int | None, staleness_at_arrival: int | None, status: str,
-                batch_id: int | None, advantage: float | None, scored: dict[str, Any],
-                response_ids: list[int] | None,
-                response_tokens: int, finished: bool, logprob_sum: float | None,
-                t_emit: float) -> dict[str, Any]:
+               policy_version: int, policy_version_max: int, current_version: int,
+               staleness: int | None, staleness_at_arrival: int | None, status: str,
+               batch_id: int | None, advantage: float | None, scored: dict[str, Any],
+               response_ids: list[int] | None,
+               response_tokens: int, finished: bool, logprob_sum: float | None,
+               t_emit: float) -> dict[str, Any]:
     """One line of samples.jsonl: its fields and their order, for every status."""
     return {
         "sample_id": sample_id,

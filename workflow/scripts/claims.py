@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from rlcore.analysis.claims import ARM_KEYS, claim_from_config, claims_markdown, claims_table
+from rlcore.analysis.claims import claim_from_config, claims_markdown, claims_table, row_key
 from rlcore.analysis.paired import replay_row
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.analysis.tables import logged, run_row, write_csv
@@ -23,7 +23,7 @@ def main(smk):
     # the prompt audit reads a run's samples.jsonl: only for the runs a claim needs it of
     audited = {a.key() for c in claims if c.metric == "short_bias" for a in c.arms}
     for r in rows:
-        if r["replayed"] is None and tuple(r[k] for k in ARM_KEYS) in audited:
+        if r["replayed"] is None and row_key(r) in audited:
             r["short_bias"] = run_short_bias(Path(r["run_dir"]))
     table = claims_table(claims, rows, smk.params.budget_min)
     write_csv(smk.output.csv, table)
