@@ -258,6 +258,12 @@ class TestCrossFieldRules:
                                          "heldout_path": "h.jsonl"}})
         assert cfg.task.train_path == "t.jsonl"
 
+    @pytest.mark.parametrize("setting", [{"fields": "gsm8k"}])
+    def test_file_prompt_settings_are_refused_on_a_generated_suite(
+            self, setting: dict[str, str]) -> None:
+        msg = error_of({"model": {"prompt_format": "chat"}, "task": {"suite": "chain", **setting}})
+        assert f"task.{next(iter(setting))}" in msg and "'chain'" in msg
+
     def test_sync_mode_rejects_staleness(self) -> None:
         msg = error_of({"mode": "sync", "staleness": {"staleness_k": 1}})
         assert "staleness.staleness_k" in msg and "got 1" in msg

@@ -1,10 +1,33 @@
-"""Task files as datasets ship them: the gsm8k and math field presets' answer extraction."""
+"""Task files as datasets ship them: the gsm8k and math field presets, their answer extraction,
+per-line errors, and the shipped samples."""
 
 from __future__ import annotations
 
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from rlcore.tasks.fields import FieldError, boxed_answer, gsm8k_answer
+from rlcore.config import TaskConfig, config_from_dict
+from rlcore.tasks.fields import PRESETS, FieldError, boxed_answer, gsm8k_answer
+from rlcore.tasks.suites import TaskFileError, load_suite, read_task_file
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "rlcore" / "tasks" / "data"
+
+
+def write_lines(path: Path, lines: list[Any]) -> Path:
+    """Write one line per item: dicts as JSON, strings verbatim."""
+    path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n"
+                            for x in lines))
+    return path
+
+
+def file_config(train: Path, heldout: Path, **task: Any) -> TaskConfig:
+    return config_from_dict({"task": {
+        "suite": "jsonl", "train_path": str(train), "heldout_path": str(heldout), **task}}).task
 
 
 class TestGsm8kAnswer:
@@ -66,3 +89,98 @@ class TestBoxedAnswer:
         with pytest.raises(FieldError) as info:
             boxed_answer(text)
         assert fragment in str(info.value)
+
+
+def test_the_config_names_every_preset() -> None:
+    hints = typing.get_type_hints(TaskConfig)
+    assert set(typing.get_args(hints["fields"])) == {"rlcore", *PRESETS}
+
+
+GSM = {"question": "Tom has 2 bags of 3 apples. How many apples?",
+       "answer": "2 * 3 = <<2*3=6>>6\n#### 6"}
+MATH = {"problem": r"Compute $\frac{1}{2} + \frac{1}{4}$.", "level": "Level 1",
+        "type": "Prealgebra", "solution": r"It is $\boxed{\frac{3}{4}}$."}
+
+
+class TestPresetFiles:
+    def test_gsm8k_lines_load(self, tmp_path: Path) -> None:
+        path = write_lines(tmp_path / "train.jsonl", [
+            GSM, {"id": "q7", "question": "Q?", "answer": "so\n#### -1,500"}])
+        tasks = read_task_file(path, "gsm8k")
+        assert [(t.task_id, t.prompt, t.answer, t.kind) for t in tasks] == [
+            ("train-1", GSM["question"], "6", "answer"), ("q7", "Q?", "-1500", "answer")]
+        assert tasks[0].meta == {}
+
+    def test_math_lines_load_and_keep_their_other_columns(self, tmp_path: Path) -> None:
+        tasks = read_task_file(write_lines(tmp_path / "m.jsonl", [MATH]), "math")
+        assert (tasks[0].prompt, tasks[0].answer) == (MATH["problem"], r"\frac{3}{4}")
+        assert tasks[0].meta == {"level": "Level 1", "type": "Prealgebra"}
+
+    @pytest.mark.parametrize(("fields", "bad", "fragment"), [
+        ("gsm8k", {"answer": "#### 1"}, "'question' is a required property"),
+        ("gsm8k", {"question": "Q?"}, "'answer' is a required property"),
+        ("gsm8k", {"prompt": "Q?", "answer": "4"}, "'question' is a required property"),
+        ("gsm8k", {"question": 5, "answer": "#### 5"}, "question: 5 is not of type 'string'"),
+        ("gsm8k", {"question": "", "answer": "#### 5"}, "question: "),
+        ("gsm8k", {"question": "Q?", "answer": 5}, "answer: 5 is not of type 'string'"),
+        ("gsm8k", {"question": "Q?", "answer": "it is 5"}, "answer: no '#### '"),
+        ("gsm8k", {"question": "Q?", "answer": "#### five"}, "answer: the answer after"),
+        ("math", {"problem": "P?"}, "'solution' is a required property"),
+        ("math", {"problem": ["P?"], "solution": r"\boxed{1}"}, "problem: ['P?'] is not of"),
+        ("math", {"problem": "P?", "solution": "it is 1"}, r"solution: no \boxed{...}"),
+        ("math", {"problem": "P?", "solution": r"\boxed{\frac{1}{2}"},
+         "solution: unbalanced braces"),
+        ("math", {"question": "Q?", "answer": "#### 1"}, "'problem' is a required property"),
+        ("math", '{"problem": "P?"', "not valid JSON"),
+        ("math", '["P?"]', "is not of type 'object'"),
+    ])
+    def test_one_error_names_file_line_and_column(self, tmp_path: Path, fields: str, bad: Any,
+                                                  fragment: str) -> None:
+        good = GSM if fields == "gsm8k" else MATH
+        path = write_lines(tmp_path / "tasks.jsonl",
+                           [good, {**good, "id": "second"}, "", bad, good])
+        with pytest.raises(TaskFileError) as info:
+            read_task_file(path, fields)
+        msg = str(info.value)
+        assert msg.startswith(f"{path}:4: ")
+        assert fragment in msg
+
+    def test_a_missing_column_says_what_the_preset_reads(self, tmp_path: Path) -> None:
+        path = write_lines(tmp_path / "t.jsonl", [{"prompt": "2+2=", "answer": "4"}])
+        with pytest.raises(TaskFileError, match="task.fields 'gsm8k' reads the prompt from "
+                                                "'question' and the answer from 'answer'"):
+            read_task_file(path, "gsm8k")
+
+    @pytest.mark.parametrize("fields", ["gsm8k", "math"])
+    def test_an_empty_file_names_the_file(self, tmp_path: Path, fields: str) -> None:
+        path = write_lines(tmp_path / "empty.jsonl", ["", " "])
+        with pytest.raises(TaskFileError, match=r"empty\.jsonl' holds no tasks"):
+            read_task_file(path, fields)
+
+    def test_a_dataset_row_is_refused_under_the_default_preset(self, tmp_path: Path) -> None:
+        path = write_lines(tmp_path / "t.jsonl", [GSM])
+        with pytest.raises(TaskFileError, match=r"t\.jsonl:1: "):
+            read_task_file(path)
+
+
+class TestShippedSamples:
+    @pytest.mark.parametrize(("fields", "answers"), [
+        ("gsm8k", {"14", "1500", "-7", "7.5", "12000", "-15", "1104", "1.75", "-13"}),
+        ("math", {r"\frac{3}{4}", r"\sqrt{2}", "-4", "0.12", r"5\sqrt{2}", "1{,}048", "11",
+                  r"\frac{1}{2}", r"3\sqrt{2}", "2.25", "9"}),
+    ])
+    def test_they_load_with_their_preset(self, fields: str, answers: set[str]) -> None:
+        cfg = file_config(DATA / fields / "train.jsonl", DATA / fields / "heldout.jsonl",
+                          fields=fields)
+        suite = load_suite(cfg)  # JsonlSuite refuses a prompt in both splits
+        train, heldout = suite.split("train"), suite.split("heldout")
+        assert len(train) >= 8 and len(heldout) >= 4
+        assert not {t.prompt for t in train} & {t.prompt for t in heldout}
+        assert answers <= {t.answer for t in train + heldout}
+        assert all(t.kind == "answer" and t.answer for t in train + heldout)
+
+    @pytest.mark.parametrize("fields", ["gsm8k", "math"])
+    def test_they_are_refused_under_the_other_preset(self, fields: str) -> None:
+        other = "math" if fields == "gsm8k" else "gsm8k"
+        with pytest.raises(TaskFileError, match=r"train\.jsonl:1: .*required property"):
+            read_task_file(DATA / fields / "train.jsonl", other)

@@ -37,6 +37,7 @@ def _validate_semantics(cfg: RunConfig) -> None:
         )
     if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
+    _validate_task_prompts(cfg)
     if cfg.task.min_terms > cfg.task.max_terms:
         raise ConfigError(f"task.min_terms ({cfg.task.min_terms}) is more than task.max_terms "
                           f"({cfg.task.max_terms})")
@@ -57,6 +58,18 @@ def _validate_semantics(cfg: RunConfig) -> None:
             f"mode 'sync' is on-policy: staleness.staleness_k must be 0, got "
             f"{cfg.staleness.staleness_k}"
         )
+
+
+def _validate_task_prompts(cfg: RunConfig) -> None:
+    """task.fields: refused where it would be silently ignored."""
+    t = cfg.task
+    # The generated suites write their own prompts (arith_form, the chain format); a setting
+    # that changed nothing there would mislead the reader of the config.
+    if t.suite != "jsonl":
+        for key, default in (("fields", "rlcore"),):
+            if getattr(t, key) != default:
+                raise ConfigError(f"task.{key} applies to task files (task.suite 'jsonl'), "
+                                  f"not to the generated suite '{t.suite}': unset it")
 
 
 def _coerce(tp: Any, value: Any) -> Any:

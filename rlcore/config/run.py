@@ -93,6 +93,11 @@ class TaskConfig:
     )
     train_path: str | None = _f(None, "jsonl: file of training tasks, one JSON object a line.")
     heldout_path: str | None = _f(None, "jsonl: file of held-out tasks, one JSON object a line.")
+    fields: Literal["rlcore", "gsm8k", "math"] = _f(
+        "rlcore", "jsonl: which columns hold the prompt and the answer (docs/tasks.md): rlcore "
+        "(prompt, answer or code-task fields), gsm8k (question; answer's '#### N' tail), "
+        "math (problem; the last \\boxed{...} of solution)."
+    )
 
 
 @dataclasses.dataclass(frozen=True)

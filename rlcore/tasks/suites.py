@@ -4,11 +4,13 @@ A suite has two disjoint splits, `train` and `heldout`. `arith` and `chain` gene
 problems deterministically from a seed; `jsonl` reads a user's files (one JSON object a line),
 checks each line against a schema and reports bad lines by number.
 
-A jsonl line is an answer task (`prompt`, `answer`) or a code task (`prompt`, `entry_point`,
-`tests`): each test is a one-line assertion on the entry point, e.g.
-`"assert clamp(5, 0, 3) == 3"`, or an input/output pair `{"args": [5, 0, 3], "expected": 3}`.
-Arguments must be Python literals (the sandbox passes them as such). The shipped code tasks
-are `rlcore/tasks/data/code/{train,heldout}.jsonl`.
+A jsonl line is, under `task.fields: rlcore`, an answer task (`prompt`, `answer`) or a code
+task (`prompt`, `entry_point`, `tests`): each test is a one-line assertion on the entry point,
+e.g. `"assert clamp(5, 0, 3) == 3"`, or an input/output pair
+`{"args": [5, 0, 3], "expected": 3}`. Arguments must be Python literals (the sandbox passes
+them as such). The shipped code tasks are `rlcore/tasks/data/code/{train,heldout}.jsonl`.
+Under the `gsm8k` and `math` presets a line is a row as those datasets ship it
+(`rlcore.tasks.fields`); samples are in `rlcore/tasks/data/{gsm8k,math}/`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import jsonschema
 
 from rlcore.config import ConfigError, TaskConfig
 from rlcore.tasks.chain import chain_problems, chain_prompt, worked_chain
+from rlcore.tasks.fields import PRESETS, FieldError, FieldPreset, preset_line_schema
 
 
 @dataclass(frozen=True)
@@ -154,12 +157,15 @@ def io_assertion(entry_point: str, pair: dict[str, Any]) -> str:
     return f"assert {entry_point}({args}) == {pair['expected']!r}"
 
 
-def read_task_file(path: str | Path) -> list[Task]:
-    """Read a JSONL task file; any malformed line raises TaskFileError naming its number."""
+def read_task_file(path: str | Path, fields: str = "rlcore") -> list[Task]:
+    """Read a JSONL task file whose lines follow preset `fields` (`rlcore.tasks.fields`); the
+    first malformed line raises TaskFileError naming the file, its number and the column."""
     p = Path(path)
     if not p.is_file():
         raise TaskFileError(f"task file '{p}' does not exist")
-    validator = jsonschema.Draft202012Validator(TASK_LINE_SCHEMA)
+    preset = PRESETS[fields] if fields != "rlcore" else None
+    validator = jsonschema.Draft202012Validator(
+        TASK_LINE_SCHEMA if preset is None else preset_line_schema(preset))
     tasks: list[Task] = []
     seen: set[str] = set()
     # split("\n"), not splitlines(): U+2028 and friends are legal inside JSON strings.
@@ -177,32 +183,53 @@ def read_task_file(path: str | Path) -> list[Task]:
             else:
                 where = ".".join(map(str, err.absolute_path)) or "line"
                 msg = f"{where}: {err.message}"
+            if preset is not None and err.validator == "required":
+                # The likeliest cause is a file of another shape: say what this preset reads.
+                msg += (f" (task.fields '{preset.name}' reads the prompt from "
+                        f"'{preset.prompt}' and the answer from '{preset.answer}')")
             raise TaskFileError(f"{p}:{lineno}: {msg}")
         task_id = str(row.get("id", f"{p.stem}-{lineno}"))
         if task_id in seen:
             raise TaskFileError(f"{p}:{lineno}: duplicate task id '{task_id}'")
         seen.add(task_id)
-        answer = row.get("answer")
-        tests = row.get("tests")
-        if tests is not None:
-            if "entry_point" not in row:
-                raise TaskFileError(f"{p}:{lineno}: a code task (one with 'tests') needs "
-                                    "'entry_point', the name of the function to test")
-            tests = [t if isinstance(t, str) else io_assertion(row["entry_point"], t)
-                     for t in tests]
-        tasks.append(
-            Task(
-                task_id=task_id,
-                prompt=row["prompt"],
-                answer=None if answer is None else str(answer),
-                tests=tests,
-                entry_point=row.get("entry_point"),
-                meta=row.get("meta", {}),
-            )
-        )
+        if preset is None:
+            tasks.append(_rlcore_task(p, lineno, row, task_id))
+        else:
+            tasks.append(_preset_task(p, lineno, row, task_id, preset))
     if not tasks:
         raise TaskFileError(f"task file '{p}' holds no tasks")
     return tasks
+
+
+def _rlcore_task(p: Path, lineno: int, row: dict[str, Any], task_id: str) -> Task:
+    """A schema-valid line of rlcore's own shape as a Task."""
+    answer = row.get("answer")
+    tests = row.get("tests")
+    if tests is not None:
+        if "entry_point" not in row:
+            raise TaskFileError(f"{p}:{lineno}: a code task (one with 'tests') needs "
+                                "'entry_point', the name of the function to test")
+        tests = [t if isinstance(t, str) else io_assertion(row["entry_point"], t)
+                 for t in tests]
+    return Task(
+        task_id=task_id,
+        prompt=row["prompt"],
+        answer=None if answer is None else str(answer),
+        tests=tests,
+        entry_point=row.get("entry_point"),
+        meta=row.get("meta", {}),
+    )
+
+
+def _preset_task(p: Path, lineno: int, row: dict[str, Any], task_id: str,
+                 preset: FieldPreset) -> Task:
+    """A schema-valid line of a dataset preset as an answer Task; its other columns are meta."""
+    try:
+        answer = preset.extract(row[preset.answer])
+    except FieldError as e:
+        raise TaskFileError(f"{p}:{lineno}: {preset.answer}: {e}") from e
+    meta = {k: v for k, v in row.items() if k not in ("id", preset.prompt, preset.answer)}
+    return Task(task_id=task_id, prompt=row[preset.prompt], answer=answer, meta=meta)
 
 
 class JsonlSuite:
@@ -213,8 +240,8 @@ class JsonlSuite:
     def __init__(self, cfg: TaskConfig):
         assert cfg.train_path and cfg.heldout_path  # checked by config validation
         self._splits = {
-            "train": read_task_file(cfg.train_path),
-            "heldout": read_task_file(cfg.heldout_path),
+            "train": read_task_file(cfg.train_path, cfg.fields),
+            "heldout": read_task_file(cfg.heldout_path, cfg.fields),
         }
         overlap = {t.prompt for t in self._splits["train"]} & {
             t.prompt for t in self._splits["heldout"]
