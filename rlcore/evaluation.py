@@ -26,7 +26,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
     """Pass rates on `tasks`: greedy (one response each) and sampled (samples_per_task each)."""
     start = time.perf_counter()
     ev, ro = cfg.eval, cfg.rollout
-    prompts = [policy.encode_prompt(t.prompt) for t in tasks]
+    prompts = [policy.encode_prompt(t.prompt, t.system) for t in tasks]
     greedy_pass = 0
     sampled_pass = 0
     per_task = []

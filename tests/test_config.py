@@ -258,11 +258,35 @@ class TestCrossFieldRules:
                                          "heldout_path": "h.jsonl"}})
         assert cfg.task.train_path == "t.jsonl"
 
-    @pytest.mark.parametrize("setting", [{"fields": "gsm8k"}])
+    @pytest.mark.parametrize("setting", [{"fields": "gsm8k"},
+                                         {"prompt_template": "Q: {prompt}"},
+                                         {"system_prompt": "Be brief."}])
     def test_file_prompt_settings_are_refused_on_a_generated_suite(
             self, setting: dict[str, str]) -> None:
         msg = error_of({"model": {"prompt_format": "chat"}, "task": {"suite": "chain", **setting}})
         assert f"task.{next(iter(setting))}" in msg and "'chain'" in msg
+
+    @pytest.mark.parametrize(("template", "fragment"), [
+        ("Q: {question}", "no other field"),
+        ("Put the answer in \\boxed{}. {prompt}", "no other field"),
+        ("{prompt} {", "Single '{'"),
+        ("no field at all", "must contain {prompt}"),
+        ("{prompt} {0}", "no other field"),
+    ])
+    def test_a_bad_prompt_template_is_refused_before_any_job(self, template: str,
+                                                            fragment: str) -> None:
+        msg = error_of({"task": {"suite": "jsonl", "train_path": "t.jsonl",
+                                 "heldout_path": "h.jsonl", "prompt_template": template}})
+        assert "task.prompt_template" in msg and fragment in msg
+
+    def test_a_system_prompt_needs_the_chat_format(self) -> None:
+        task = {"suite": "jsonl", "train_path": "t.jsonl", "heldout_path": "h.jsonl",
+                "system_prompt": "Reason step by step.",
+                "prompt_template": "{prompt}\nPut the final answer in \\boxed{{}}."}
+        msg = error_of({"task": task})
+        assert "task.system_prompt" in msg and "model.prompt_format 'chat'" in msg
+        cfg = config_from_dict({"task": task, "model": {"prompt_format": "chat"}})
+        assert cfg.task.system_prompt == "Reason step by step."
 
     def test_sync_mode_rejects_staleness(self) -> None:
         msg = error_of({"mode": "sync", "staleness": {"staleness_k": 1}})

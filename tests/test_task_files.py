@@ -1,8 +1,9 @@
 """Task files as datasets ship them: the gsm8k and math field presets, their answer extraction,
-per-line errors, and the shipped samples."""
+per-line errors, the prompt template and system prompt, and the shipped samples."""
 
 from __future__ import annotations
 
+import ast
 import json
 import typing
 from pathlib import Path
@@ -26,7 +27,8 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
 
 
 def file_config(train: Path, heldout: Path, **task: Any) -> TaskConfig:
-    return config_from_dict({"task": {
+    model = {"prompt_format": "chat"} if task.get("system_prompt") else {}
+    return config_from_dict({"model": model, "task": {
         "suite": "jsonl", "train_path": str(train), "heldout_path": str(heldout), **task}}).task
 
 
@@ -109,7 +111,7 @@ class TestPresetFiles:
         tasks = read_task_file(path, "gsm8k")
         assert [(t.task_id, t.prompt, t.answer, t.kind) for t in tasks] == [
             ("train-1", GSM["question"], "6", "answer"), ("q7", "Q?", "-1500", "answer")]
-        assert tasks[0].meta == {}
+        assert tasks[0].meta == {} and tasks[0].system is None
 
     def test_math_lines_load_and_keep_their_other_columns(self, tmp_path: Path) -> None:
         tasks = read_task_file(write_lines(tmp_path / "m.jsonl", [MATH]), "math")
@@ -163,6 +165,37 @@ class TestPresetFiles:
             read_task_file(path)
 
 
+class TestPromptTemplateAndSystemPrompt:
+    def test_the_default_settings_leave_rlcore_tasks_as_they_were(self, tmp_path: Path) -> None:
+        rows = [{"id": "a", "prompt": "2+2=", "answer": "4", "meta": {"k": 1}},
+                {"prompt": "def f():", "tests": ["assert f() == 1"], "entry_point": "f"}]
+        train = write_lines(tmp_path / "train.jsonl", rows)
+        heldout = write_lines(tmp_path / "heldout.jsonl", [{"prompt": "3+3=", "answer": 6}])
+        suite = load_suite(file_config(train, heldout))
+        assert suite.split("train") == read_task_file(train)
+        assert suite.split("heldout") == read_task_file(heldout)
+        assert all(t.system is None for t in suite.split("train") + suite.split("heldout"))
+
+    def test_template_and_system_prompt_reach_both_splits(self, tmp_path: Path) -> None:
+        train = write_lines(tmp_path / "train.jsonl", [GSM])
+        heldout = write_lines(tmp_path / "heldout.jsonl", [{"question": "Q?",
+                                                            "answer": "#### 1"}])
+        cfg = file_config(train, heldout, fields="gsm8k", system_prompt="Think first.",
+                          prompt_template="{prompt}\nPut the final answer in \\boxed{{}}.")
+        suite = load_suite(cfg)
+        (t,), (h,) = suite.split("train"), suite.split("heldout")
+        assert t.prompt == GSM["question"] + "\nPut the final answer in \\boxed{}."
+        assert h.prompt == "Q?\nPut the final answer in \\boxed{}."
+        assert (t.system, h.system) == ("Think first.", "Think first.")
+        assert (t.answer, h.answer) == ("6", "1")
+
+    def test_a_template_is_not_a_way_around_disjoint_splits(self, tmp_path: Path) -> None:
+        train = write_lines(tmp_path / "train.jsonl", [GSM])
+        heldout = write_lines(tmp_path / "heldout.jsonl", [{**GSM, "id": "other"}])
+        with pytest.raises(TaskFileError, match="disjoint"):
+            load_suite(file_config(train, heldout, fields="gsm8k", prompt_template="Q: {prompt}"))
+
+
 class TestShippedSamples:
     @pytest.mark.parametrize(("fields", "answers"), [
         ("gsm8k", {"14", "1500", "-7", "7.5", "12000", "-15", "1104", "1.75", "-13"}),
@@ -184,3 +217,78 @@ class TestShippedSamples:
         other = "math" if fields == "gsm8k" else "gsm8k"
         with pytest.raises(TaskFileError, match=r"train\.jsonl:1: .*required property"):
             read_task_file(DATA / fields / "train.jsonl", other)
+
+
+class TestSystemPromptEncoding:
+    def test_the_system_message_comes_before_the_prompt(self) -> None:
+        from rlcore.policy.hf_policy import encode_prompt
+        from rlcore.policy.stand_in import build_tokenizer
+
+        tok = build_tokenizer("tiny")
+        text = tok.decode(encode_prompt(tok, "What is 2+3?", chat=True, system="Be brief."))
+        assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+                        "What is 2+3?<|im_end|>\n<|im_start|>assistant\n")
+        default = tok.decode(encode_prompt(tok, "What is 2+3?", chat=True))
+        assert "You are a helpful assistant." in default  # the template's own, unchanged
+        with pytest.raises(ValueError, match="prompt_format 'chat'"):
+            encode_prompt(tok, "2+3=", chat=False, system="Be brief.")
+
+    def test_every_encoding_of_a_task_passes_its_system_prompt(self) -> None:
+        """Runners, eval, replay, measurements and the planner encode a task's prompt in
+        different places; each must hand over its system message too."""
+        missing = []
+        for path in sorted((ROOT / "rlcore").rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                # policy.encode_prompt(prompt, system), or encode_prompt(..., system=...)
+                passes = any(k.arg == "system" for k in node.keywords) or (
+                    isinstance(func, ast.Attribute) and len(node.args) >= 2)
+                if name == "encode_prompt" and not passes:
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        assert missing == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_chat_run_on_a_gsm8k_file_encodes_the_system_prompt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The stand-in Qwen directory: the policy's prompt cache keeps prompts apart by system
+    message, and a run encodes every templated prompt with the system prompt (async: through
+    the rollout worker's prompt slots)."""
+    from rlcore.policy.hf_policy import HFPolicy
+    from rlcore.policy.stand_in import build_stand_in
+    from rlcore.runners.sync import sync_train
+    from rlcore.runners.threaded import async_train
+    from tests.conftest import small_config
+
+    model_dir = tmp_path / "qwen-like"
+    build_stand_in(model_dir, "tiny")
+    cfg = config_from_dict(small_config(
+        model_dir, mode=mode, model={"path": str(model_dir), "prompt_format": "chat"},
+        task={"suite": "jsonl", "fields": "gsm8k", "system_prompt": "Think first.",
+              "prompt_template": "{prompt} Answer with a number.",
+              "train_path": str(DATA / "gsm8k" / "train.jsonl"),
+              "heldout_path": str(DATA / "gsm8k" / "heldout.jsonl")},
+        rollout={"max_new_tokens": 4, "chunk_tokens": 2, "group_size": 2},
+        train={"updates": 1, "update_batch_size": 4}, eval={"heldout_tasks": 2,
+                                                            "samples_per_task": 1}))
+    policy = HFPolicy(cfg.model, cfg.train)
+    decode = policy.tokenizer.decode
+    assert decode(policy.encode_prompt("Q?", "Think first.")).startswith(
+        "<|im_start|>system\nThink first.<|im_end|>\n<|im_start|>user\nQ?<|im_end|>")
+    assert "Think twice." in decode(policy.encode_prompt("Q?", "Think twice."))  # not cached
+    assert "You are a helpful assistant." in decode(policy.encode_prompt("Q?"))
+    encoded: list[tuple[str, str | None]] = []
+    original = HFPolicy.encode_prompt
+
+    def spy(self: HFPolicy, prompt: str, system: str | None = None) -> list[int]:
+        encoded.append((prompt, system))
+        return original(self, prompt, system)
+
+    monkeypatch.setattr(HFPolicy, "encode_prompt", spy)
+    summary = (sync_train if mode == "sync" else async_train)(cfg, tmp_path / "run")
+    assert summary["updates"] == 1
+    assert len(encoded) >= 4
+    assert all(p.endswith(" Answer with a number.") and s == "Think first." for p, s in encoded)

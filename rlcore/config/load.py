@@ -4,6 +4,7 @@ rules that cross fields, and refuse a bad config with a message naming the key."
 from __future__ import annotations
 
 import dataclasses
+import string
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,15 +62,33 @@ def _validate_semantics(cfg: RunConfig) -> None:
 
 
 def _validate_task_prompts(cfg: RunConfig) -> None:
-    """task.fields: refused where it would be silently ignored."""
+    """task.fields, task.prompt_template and task.system_prompt: refused where they would be
+    silently ignored, and a template checked here rather than at its first prompt."""
     t = cfg.task
     # The generated suites write their own prompts (arith_form, the chain format); a setting
     # that changed nothing there would mislead the reader of the config.
     if t.suite != "jsonl":
-        for key, default in (("fields", "rlcore"),):
+        for key, default in (("fields", "rlcore"), ("prompt_template", "{prompt}"),
+                             ("system_prompt", None)):
             if getattr(t, key) != default:
                 raise ConfigError(f"task.{key} applies to task files (task.suite 'jsonl'), "
                                   f"not to the generated suite '{t.suite}': unset it")
+    try:
+        parts = list(string.Formatter().parse(t.prompt_template))
+    except ValueError as e:
+        raise ConfigError(f"task.prompt_template {t.prompt_template!r}: {e}; write literal "
+                          "braces as {{ and }}") from e
+    names = [name for _, name, _, _ in parts if name is not None]
+    if "prompt" not in names or any(n != "prompt" for n in names):
+        raise ConfigError(f"task.prompt_template {t.prompt_template!r} must contain {{prompt}} "
+                          "and no other field; write literal braces as {{ and }} (e.g. "
+                          "'\\\\boxed{{}}')")
+    # A raw prompt has no roles: the system text would have to be glued onto the prompt,
+    # which task.prompt_template already does openly. Refusing beats dropping it silently.
+    if t.system_prompt is not None and cfg.model.prompt_format != "chat":
+        raise ConfigError("task.system_prompt needs model.prompt_format 'chat' (a raw prompt "
+                          "has no system role): set it, or put the text in "
+                          "task.prompt_template")
 
 
 def _coerce(tp: Any, value: Any) -> Any:

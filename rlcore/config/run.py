@@ -98,6 +98,14 @@ class TaskConfig:
         "(prompt, answer or code-task fields), gsm8k (question; answer's '#### N' tail), "
         "math (problem; the last \\boxed{...} of solution)."
     )
+    prompt_template: str = _f(
+        "{prompt}", "jsonl: the prompt each task is given, a format string whose one field is "
+        "{prompt}, the file's prompt; write literal braces as {{ }}.", minLength=1,
+    )
+    system_prompt: str | None = _f(
+        None, "jsonl, model.prompt_format chat: a system message before every prompt; null: "
+        "none (the chat template's own default, if it has one).", minLength=1,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

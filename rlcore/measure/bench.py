@@ -55,7 +55,8 @@ def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
             t0 = time.perf_counter()
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
         b = len(prompts)
-        gens = policy.generate([policy.encode_prompt(p.task.prompt) for p in prompts],
+        gens = policy.generate([policy.encode_prompt(p.task.prompt, p.task.system)
+                                for p in prompts],
                                max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
                                chunk_tokens=ro.max_new_tokens,
                                draws=Draws(cfg.seed, [(step * b + i, 0) for i in range(b)]))

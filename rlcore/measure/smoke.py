@@ -104,7 +104,7 @@ def generate_comparison(cfg: RunConfig, reps: int = 3) -> dict[str, Any]:
     policy = HFPolicy(cfg.model, cfg.train, role="rollout")
     ro = cfg.rollout
     groups = cfg.train.update_batch_size // ro.group_size
-    prompts = [policy.encode_prompt(p.task.prompt)
+    prompts = [policy.encode_prompt(p.task.prompt, p.task.system)
                for p in PromptStream(preflight(cfg), cfg.seed).take(groups)
                for _ in range(ro.group_size)]
     width = max(map(len, prompts))

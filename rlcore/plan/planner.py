@@ -52,7 +52,8 @@ def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     tasks = load_suite(cfg.task).split("train")
     tokenizer = load_tokenizer(path)
     chat = cfg.model.prompt_format == "chat"
-    prompt_tokens = {t.prompt: len(encode_prompt(tokenizer, t.prompt, chat=chat))
+    prompt_tokens = {t.prompt: len(encode_prompt(tokenizer, t.prompt, chat=chat,
+                                                      system=t.system))
                      for t in tasks}
     max_new = cfg.rollout.max_new_tokens
     if lengths is None:

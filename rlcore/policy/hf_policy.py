@@ -117,13 +117,19 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, *, chat: bool) -> list[int]:
-    """A prompt's token ids as the policy samples from them (chat-templated when `chat`)."""
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, *, chat: bool,
+                  system: str | None = None) -> list[int]:
+    """A prompt's token ids as the policy samples from them (chat-templated when `chat`, after
+    a system message when `system` is set)."""
     if chat:
+        messages = [{"role": "user", "content": prompt}]
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
         return list(tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True,
-            tokenize=True, return_dict=False,
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False,
         ))
+    if system is not None:  # config validation refuses this; never drop it silently
+        raise ConfigError("a system prompt needs model.prompt_format 'chat'")
     return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
 
@@ -156,7 +162,7 @@ class HFPolicy:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
         self.model.train(False)  # no dropout: sampling and recompute must agree
         self.chat = model_cfg.prompt_format == "chat"
-        self._encoded: dict[str, list[int]] = {}
+        self._encoded: dict[tuple[str | None, str], list[int]] = {}
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -171,14 +177,16 @@ class HFPolicy:
         self.scaler = torch.amp.GradScaler("cuda") if self.use_fp16 else None
 
     # --- text ---------------------------------------------------------------------------
-    def encode_prompt(self, prompt: str) -> list[int]:
-        """Token ids of a prompt (chat-templated for `prompt_format: chat`), remembered: a
-        prompt is encoded once per group member and per resubmission otherwise."""
-        ids = self._encoded.get(prompt)
+    def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]:
+        """Token ids of a prompt (chat-templated for `prompt_format: chat`, after the task's
+        system message if any), remembered: a prompt is encoded once per group member and per
+        resubmission otherwise."""
+        key = (system, prompt)
+        ids = self._encoded.get(key)
         if ids is None:
-            ids = encode_prompt(self.tokenizer, prompt, chat=self.chat)
+            ids = encode_prompt(self.tokenizer, prompt, chat=self.chat, system=system)
             if len(self._encoded) < ENCODED_PROMPTS:
-                self._encoded[prompt] = ids
+                self._encoded[key] = ids
         return list(ids)
 
     def decode_response(self, response_ids: Sequence[int]) -> str:

@@ -217,9 +217,10 @@ class Replay:
         cfg, ro = self.cfg, self.cfg.rollout
         t0 = self.ledger.now()
         self._load_rollout(rec.version)
-        prompts = [self.prompt(group).task.prompt for _, _, group in rec.rows]
+        tasks = [self.prompt(group).task for _, _, group in rec.rows]
         sampler = self.rollout.sampler(
-            [self.rollout.encode_prompt(p) for p in prompts], max_new_tokens=ro.max_new_tokens,
+            [self.rollout.encode_prompt(t.prompt, t.system) for t in tasks],
+            max_new_tokens=ro.max_new_tokens,
             temperature=ro.temperature, draws=Draws(cfg.seed, [(s, a) for s, a, _ in rec.rows]),
             version=rec.version)
         swaps = dict(rec.swaps)

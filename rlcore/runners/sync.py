@@ -62,7 +62,8 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
         slots = [version * len(prompts) + i for i in range(len(prompts))]
         t0 = ledger.now()
-        sampler = policy.sampler([policy.encode_prompt(p.task.prompt) for p in prompts],
+        sampler = policy.sampler([policy.encode_prompt(p.task.prompt, p.task.system)
+                                  for p in prompts],
                                  max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
                                  draws=Draws(cfg.seed, [(s, 0) for s in slots]),
                                  version=version)

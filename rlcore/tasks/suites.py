@@ -10,11 +10,14 @@ e.g. `"assert clamp(5, 0, 3) == 3"`, or an input/output pair
 `{"args": [5, 0, 3], "expected": 3}`. Arguments must be Python literals (the sandbox passes
 them as such). The shipped code tasks are `rlcore/tasks/data/code/{train,heldout}.jsonl`.
 Under the `gsm8k` and `math` presets a line is a row as those datasets ship it
-(`rlcore.tasks.fields`); samples are in `rlcore/tasks/data/{gsm8k,math}/`.
+(`rlcore.tasks.fields`); samples are in `rlcore/tasks/data/{gsm8k,math}/`. A file suite's
+prompts pass through `task.prompt_template`, and carry `task.system_prompt` to the chat
+template.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
@@ -39,6 +42,9 @@ class Task:
     tests: list[str] | None = None
     entry_point: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # A chat model's system message (task.system_prompt): part of what the policy encodes, so
+    # it travels with the task to every runner, eval and replay.
+    system: str | None = None
 
     @property
     def kind(self) -> str:
@@ -232,6 +238,14 @@ def _preset_task(p: Path, lineno: int, row: dict[str, Any], task_id: str,
     return Task(task_id=task_id, prompt=row[preset.prompt], answer=answer, meta=meta)
 
 
+def file_tasks(path: str | Path, cfg: TaskConfig) -> list[Task]:
+    """A task file read with `task.fields`, each prompt put through `task.prompt_template`
+    and given `task.system_prompt`: the tasks every runner, eval and replay see."""
+    return [dataclasses.replace(t, prompt=cfg.prompt_template.format(prompt=t.prompt),
+                                system=cfg.system_prompt)
+            for t in read_task_file(path, cfg.fields)]
+
+
 class JsonlSuite:
     """A user's tasks: one file for training, one for held-out evaluation."""
 
@@ -240,8 +254,8 @@ class JsonlSuite:
     def __init__(self, cfg: TaskConfig):
         assert cfg.train_path and cfg.heldout_path  # checked by config validation
         self._splits = {
-            "train": read_task_file(cfg.train_path, cfg.fields),
-            "heldout": read_task_file(cfg.heldout_path, cfg.fields),
+            "train": file_tasks(cfg.train_path, cfg),
+            "heldout": file_tasks(cfg.heldout_path, cfg),
         }
         overlap = {t.prompt for t in self._splits["train"]} & {
             t.prompt for t in self._splits["heldout"]

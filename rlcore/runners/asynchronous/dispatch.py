@@ -73,7 +73,8 @@ class Dispatcher:
         # would start generating a fraction of a batch, at nearly the cost of a whole one.
         if prompts:
             members = [p for p in prompts for _ in range(g)]
-            slots = [PromptSlot(self.next_slot + i, p.group_id, p.task.prompt)
+            slots = [PromptSlot(self.next_slot + i, p.group_id, p.task.prompt,
+                                system=p.task.system)
                      for i, p in enumerate(members)]
             self.next_slot += len(slots)
             self._put(slots)

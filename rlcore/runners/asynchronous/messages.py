@@ -23,6 +23,7 @@ class PromptSlot:
     group_id: int
     prompt: str
     attempt: int = 0
+    system: str | None = None  # the task's system message (task.system_prompt)
 
 
 @dataclass

@@ -89,7 +89,7 @@ def rollout_main(ctx: RolloutContext) -> None:
         t_start = clock.now()
         if ctx.slots.version() > local_version:
             local_version = reload()
-        sampler = policy.sampler([policy.encode_prompt(s.prompt) for s in batch],
+        sampler = policy.sampler([policy.encode_prompt(s.prompt, s.system) for s in batch],
                                  max_new_tokens=ro.max_new_tokens,
                                  temperature=ro.temperature,
                                  draws=Draws(cfg.seed, [(s.slot_id, s.attempt) for s in batch]),
