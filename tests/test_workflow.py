@@ -515,10 +515,16 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     (lambda d: d["claims"][1]["contrast"].update({"wall/areal/paper/k1/pg/a3po": 1}),
      "claims[1] (T2) names the replay arm 'wall/areal/paper/k1/pg/a3po'"),
     (lambda d: d["claims"][0]["contrast"].update({"wall/sync/none/k0/pg": 0}), "claims"),
+    (lambda d: d["policies"]["paper"].update(task={
+        "suite": "jsonl", "fields": "gsm8k",
+        "train_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "train.jsonl"),
+        "heldout_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "heldout.jsonl")}),
+     "math/train.jsonl:1: line: 'question' is a required property"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
         "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis",
         "unknown-profile", "clock-without-profile", "profile-named-wall", "run-clock",
-        "k-axis-clock", "no-wall-block", "claim-arm", "claim-replay-arm", "claim-zero-weight"])
+        "k-axis-clock", "no-wall-block", "claim-arm", "claim-replay-arm", "claim-zero-weight",
+        "bad-task-file"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str | tuple[str, ...]):
     data = small_pipeline_config()

@@ -445,6 +445,24 @@ def check_model_path():
 
 check_model_path()
 
+
+def check_task_files():
+    """A file suite's task files must load before any job starts: a bad line is reported
+    once, here (file, line and column), not by every job that reads the files."""
+    from rlcore.tasks.suites import load_suite
+
+    checked = set()
+    for policy in [{}, *config["policies"].values()]:
+        settings = _merge(config["run"], policy)
+        # Only the sections a suite reads: the grid's mode and K are not known here.
+        task = config_from_dict({k: settings[k] for k in ("model", "task")}).task
+        if task.suite == "jsonl" and task not in checked:
+            load_suite(task)
+            checked.add(task)
+
+
+check_task_files()
+
 FIGURES = (
     "pass_rate",
     "time_to_threshold",
