@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -346,7 +347,8 @@ def test_a_virtual_block_runs_under_its_profile_in_paths_that_name_it(tmp_path: 
     for run_dir, job in runs.items():
         assert (profile in job["input"].split(", ")) == (run_dir == virtual), job["input"]
     assert runs[virtual]["log"] == f"results/logs/runs/{V100}/areal-paper-k1-pg-seed0.log"
-    configs = {j["output"]: json.loads(j["shell"].split("'")[1])
+    # the shell command is `printf '%s\n' SETTINGS > OUT`, SETTINGS quoted for the shell
+    configs = {j["output"]: json.loads(shlex.split(j["shell"])[2])
                for j in jobs if j["rule"] == "run_config"}
     virtual_config = configs[f"results/configs/{V100}/areal-paper-k1-pg-seed0.json"]["runtime"]
     assert (virtual_config["clock"], virtual_config["hardware"]) == ("virtual", V100)

@@ -6,9 +6,9 @@ rule base_config:
     conda:
         "../envs/rlcore.yaml"
     params:
-        settings=json.dumps(base_settings(), sort_keys=True),
+        settings=lambda wildcards: json.dumps(base_settings(), sort_keys=True),
     shell:
-        "echo '{params.settings}' > {output} 2> {log}"
+        "printf '%s\\n' {params.settings:q} > {output} 2> {log}"
 
 
 rule base_model:

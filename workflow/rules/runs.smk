@@ -8,7 +8,7 @@ rule run_config:
     params:
         settings=lambda wildcards: json.dumps(run_settings(wildcards), sort_keys=True),
     shell:
-        "echo '{params.settings}' > {output} 2> {log}"
+        "printf '%s\\n' {params.settings:q} > {output} 2> {log}"
 
 
 rule run:
