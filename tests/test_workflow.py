@@ -7,8 +7,8 @@ import csv
 import json
 import math
 import os
-import shutil
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
