@@ -1,5 +1,6 @@
 """Task files as datasets ship them: the gsm8k and math field presets, their answer extraction,
-per-line errors, the prompt template and system prompt, and the shipped samples."""
+per-line errors, Parquet files, the prompt template and system prompt, and the shipped
+samples."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from rlcore.config import TaskConfig, config_from_dict
@@ -23,6 +26,16 @@ def write_lines(path: Path, lines: list[Any]) -> Path:
     """Write one line per item: dicts as JSON, strings verbatim."""
     path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n"
                             for x in lines))
+    return path
+
+
+def write_parquet(path: Path, rows: pa.Table | list[dict[str, Any]]) -> Path:
+    """Write rows (or a table, for explicit column types) as one Parquet file; a column some
+    rows lack is null in those rows."""
+    if not isinstance(rows, pa.Table):
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        rows = pa.table({c: [row.get(c) for row in rows] for c in columns})
+    pq.write_table(rows, path)
     return path
 
 
@@ -163,6 +176,134 @@ class TestPresetFiles:
         path = write_lines(tmp_path / "t.jsonl", [GSM])
         with pytest.raises(TaskFileError, match=r"t\.jsonl:1: "):
             read_task_file(path)
+
+
+class TestParquetFiles:
+    """A `.parquet` file's rows go through the same checks as JSONL lines, named by row."""
+
+    @pytest.mark.parametrize(("fields", "rows"), [
+        ("gsm8k", [GSM, {"id": "q7", "question": "Q?", "answer": "so\n#### -1,500"}]),
+        ("math", [MATH, {**MATH, "problem": "P?", "solution": r"\boxed{\sqrt{2}}"}]),
+        ("rlcore", [{"prompt": "2+2=", "answer": "4"}, {"prompt": "3+3=", "answer": "6"}]),
+    ])
+    def test_rows_load_as_the_same_tasks_as_jsonl_lines(self, tmp_path: Path, fields: str,
+                                                         rows: list[dict[str, Any]]) -> None:
+        (tmp_path / "pq").mkdir()
+        tasks = read_task_file(write_parquet(tmp_path / "pq" / "train.parquet", rows), fields)
+        assert tasks == read_task_file(write_lines(tmp_path / "train.jsonl", rows), fields)
+        assert len(tasks) == 2 and tasks[0].task_id == "train-1"
+
+    def test_a_hub_download_loads_with_its_preset(self, tmp_path: Path) -> None:
+        path = tmp_path / "main" / "train-00000-of-00001.parquet"
+        path.parent.mkdir()
+        write_parquet(path, [GSM, {"question": "Q?", "answer": "1,000 + 234\n#### 1,234"}])
+        tasks = read_task_file(path, "gsm8k")
+        assert [(t.task_id, t.prompt, t.answer) for t in tasks] == [
+            ("train-00000-of-00001-1", GSM["question"], "6"),
+            ("train-00000-of-00001-2", "Q?", "1234")]
+        math = read_task_file(write_parquet(tmp_path / "m.parquet", [MATH]), "math")
+        assert (math[0].answer, math[0].meta) == (r"\frac{3}{4}",
+                                                  {"level": "Level 1", "type": "Prealgebra"})
+
+    def test_values_are_python_objects(self, tmp_path: Path) -> None:
+        table = pa.table({"id": pa.array([7, 8], pa.int32()), "prompt": ["a=", "b="],
+                          "answer": pa.array([1.5, 2.0], pa.float32()),
+                          "meta": [{"k": 1}, {"k": 2}]})
+        tasks = read_task_file(write_parquet(tmp_path / "t.parquet", table))
+        assert [(t.task_id, t.answer, t.meta) for t in tasks] == [
+            ("7", "1.5", {"k": 1}), ("8", "2.0", {"k": 2})]
+        assert type(tasks[0].meta["k"]) is int
+
+    def test_a_null_cell_is_an_absent_field(self, tmp_path: Path) -> None:
+        """Parquet gives every row every column: a code task's `answer` is null, not absent."""
+        rows = [{"id": None, "prompt": "2+2=", "answer": "4", "tests": None,
+                 "entry_point": None},
+                {"id": "code", "prompt": "def f():", "answer": None,
+                 "tests": ["assert f() == 1"], "entry_point": "f"}]
+        tasks = read_task_file(write_parquet(tmp_path / "mixed.parquet", rows))
+        assert [(t.task_id, t.kind, t.answer, t.tests) for t in tasks] == [
+            ("mixed-1", "answer", "4", None), ("code", "code", None, ["assert f() == 1"])]
+
+    @pytest.mark.parametrize(("fields", "table", "fragment"), [
+        # a missing column: the first row already lacks it
+        ("gsm8k", pa.table({"question": ["Q1?", "Q2?", "Q3?"]}),
+         "row 1: 'answer' is a required property (task.fields 'gsm8k' reads the prompt from "
+         "'question' and the answer from 'answer')"),
+        ("math", pa.table({"question": ["Q?"], "answer": ["#### 1"]}),
+         "row 1: 'problem' is a required property"),
+        # a non-string prompt: an int column
+        ("gsm8k", pa.table({"question": [1, 2, 3], "answer": ["#### 1"] * 3}),
+         "row 1: question: 1 is not of type 'string'"),
+        ("rlcore", pa.table({"prompt": pa.array([5], pa.int64()), "answer": ["5"]}),
+         "row 1: prompt: 5 is not of type 'string'"),
+        # null values
+        ("gsm8k", pa.table({"question": ["Q1?", "Q2?", None], "answer": ["#### 1"] * 3}),
+         "row 3: question: null, a missing value"),
+        ("math", pa.table({"problem": ["P1?", "P2?", "P3?"],
+                           "solution": [r"\boxed{1}", None, r"\boxed{3}"]}),
+         "row 2: solution: null, a missing value"),
+        ("rlcore", pa.table({"prompt": ["a=", None], "answer": ["1", "2"]}),
+         "row 2: prompt: null, a missing value"),
+        ("rlcore", pa.table({"prompt": ["a="], "answer": pa.array([None], pa.string())}),
+         "row 1: a task needs exactly one of 'answer' or 'tests'"),
+        # the per-row checks JSONL lines have
+        ("gsm8k", pa.table({"question": ["Q1?", "Q2?", "Q3?"],
+                            "answer": ["#### 1", "#### 2", "it is 3"]}),
+         "row 3: answer: no '#### '"),
+        ("gsm8k", pa.table({"question": ["Q1?", ""], "answer": ["#### 1", "#### 2"]}),
+         "row 2: question: '' should be non-empty"),
+        ("rlcore", pa.table({"id": ["a", "a"], "prompt": ["x=", "y="], "answer": ["1", "2"]}),
+         "row 2: duplicate task id 'a'"),
+        ("rlcore", pa.table({"prompt": ["x="], "answer": ["1"], "level": ["hard"]}),
+         "row 1: Additional properties are not allowed ('level' was unexpected)"),
+    ])
+    def test_one_error_names_file_row_and_column(self, tmp_path: Path, fields: str,
+                                                 table: pa.Table, fragment: str) -> None:
+        path = write_parquet(tmp_path / "train.parquet", table)
+        with pytest.raises(TaskFileError) as info:
+            read_task_file(path, fields)
+        assert str(info.value).startswith(f"{path}: {fragment}")
+
+    @pytest.mark.parametrize(("content", "reason"), [
+        (b'{"question": "Q?", "answer": "#### 1"}\n', "magic bytes not found"),
+        (b"", "file size is 0 bytes"),
+        (b"PAR1 and then not a parquet file at all PAR1", ""),
+    ])
+    def test_a_file_that_is_not_parquet_names_the_file(self, tmp_path: Path, content: bytes,
+                                                       reason: str) -> None:
+        path = tmp_path / "train.parquet"
+        path.write_bytes(content)
+        with pytest.raises(TaskFileError) as info:
+            read_task_file(path, "gsm8k")
+        msg = str(info.value)
+        assert msg.startswith(f"{path}: not a readable Parquet file (") and reason in msg
+        assert "<Buffer>" not in msg
+
+    def test_a_table_with_no_rows_holds_no_tasks(self, tmp_path: Path) -> None:
+        table = pa.table({"question": pa.array([], pa.string()),
+                          "answer": pa.array([], pa.string())})
+        path = write_parquet(tmp_path / "empty.parquet", table)
+        with pytest.raises(TaskFileError, match=r"empty\.parquet' holds no tasks"):
+            read_task_file(path, "gsm8k")
+
+    def test_only_the_parquet_suffix_selects_parquet(self, tmp_path: Path) -> None:
+        upper = write_parquet(tmp_path / "t.PARQUET", [GSM])
+        assert [t.answer for t in read_task_file(upper, "gsm8k")] == ["6"]
+        other = write_parquet(tmp_path / "t.pq", [GSM])  # read as JSONL
+        with pytest.raises(TaskFileError) as info:
+            read_task_file(other, "gsm8k")
+        assert str(info.value).startswith(f"{other}: not UTF-8 text (")
+        assert str(info.value).endswith("a Parquet file's name must end in '.parquet'")
+
+    def test_a_suite_mixes_parquet_and_jsonl_splits(self, tmp_path: Path) -> None:
+        train = write_parquet(tmp_path / "train.parquet", [GSM])
+        heldout = write_lines(tmp_path / "heldout.jsonl", [{"question": "Q?",
+                                                            "answer": "#### 1"}])
+        suite = load_suite(file_config(train, heldout, fields="gsm8k",
+                                       prompt_template="Q: {prompt}"))
+        assert [(t.prompt, t.answer) for t in suite.split("train")] == [
+            ("Q: " + GSM["question"], "6")]
+        assert [(t.prompt, t.answer) for t in suite.split("heldout")] == [("Q: Q?", "1")]
 
 
 class TestPromptTemplateAndSystemPrompt:

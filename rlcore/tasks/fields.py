@@ -7,7 +7,7 @@ public datasets ship them: `gsm8k` (`question`, and `answer` ending in a `#### N
 functions are pure and raise `FieldError` on text they cannot read; the reader adds the file,
 line and column to the message.
 
-A preset names columns, not a file format, so a later reader (Parquet, say) can share it.
+A preset names columns, not a file format: JSONL lines and Parquet rows share it.
 """
 
 from __future__ import annotations

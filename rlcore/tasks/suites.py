@@ -1,12 +1,13 @@
 """Task suites: where prompts and their reference answers come from.
 
 A suite has two disjoint splits, `train` and `heldout`. `arith` and `chain` generate their
-problems deterministically from a seed; `jsonl` reads a user's files (one JSON object a line),
-checks each line against a schema and reports bad lines by number.
+problems deterministically from a seed; `jsonl` reads a user's files (one JSON object a line,
+or a Parquet table's rows if the name ends in `.parquet`), checks each row against a schema and
+reports bad lines or rows by number.
 
-A jsonl line is, under `task.fields: rlcore`, an answer task (`prompt`, `answer`) or a code
-task (`prompt`, `entry_point`, `tests`): each test is a one-line assertion on the entry point,
-e.g. `"assert clamp(5, 0, 3) == 3"`, or an input/output pair
+A jsonl line (or Parquet row) is, under `task.fields: rlcore`, an answer task (`prompt`,
+`answer`) or a code task (`prompt`, `entry_point`, `tests`): each test is a one-line assertion
+on the entry point, e.g. `"assert clamp(5, 0, 3) == 3"`, or an input/output pair
 `{"args": [5, 0, 3], "expected": 3}`. Arguments must be Python literals (the sandbox passes
 them as such). The shipped code tasks are `rlcore/tasks/data/code/{train,heldout}.jsonl`.
 Under the `gsm8k` and `math` presets a line is a row as those datasets ship it
@@ -20,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,7 +63,7 @@ class TaskSuite(Protocol):
 
 
 class TaskFileError(ConfigError):
-    """A task file the user must fix; the message names the file and the line."""
+    """A task file the user must fix; the message names the file and the line or row."""
 
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -163,9 +166,60 @@ def io_assertion(entry_point: str, pair: dict[str, Any]) -> str:
     return f"assert {entry_point}({args}) == {pair['expected']!r}"
 
 
+@dataclass(frozen=True)
+class _Row:
+    """One row of a task file as read, before any check."""
+
+    number: int  # the line number (JSONL) or the 1-based row number (Parquet)
+    where: str  # how errors name it: 'train.jsonl:4' or 'train.parquet: row 4'
+    value: Any  # the parsed row, a dict unless the line is malformed
+    # Parquet columns null in this row, left out of `value` (Parquet has no absent cell).
+    nulls: tuple[str, ...] = ()
+
+
+def _jsonl_rows(p: Path) -> Iterator[_Row]:
+    """The non-blank lines of a JSONL file, parsed one by one, so an unparseable line is
+    reported only after the lines before it have been checked."""
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        # Most likely a binary file, such as a Parquet file under another name.
+        raise TaskFileError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}), so not "
+                            "JSONL; a Parquet file's name must end in '.parquet'") from e
+    # split("\n"), not splitlines(): U+2028 and friends are legal inside JSON strings.
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskFileError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
+        yield _Row(lineno, f"{p}:{lineno}", value)
+
+
+def _parquet_rows(p: Path) -> Iterator[_Row]:
+    """The rows of a Parquet file as plain Python dicts; a null cell is left out, so a row of a
+    table with both `answer` and `tests` columns is the task its non-null cells describe."""
+    # Imported here: pyarrow is slow to import, and JSONL suites never need it.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # A file object, not the path: pyarrow would read a str as a URI or a dataset directory.
+        with p.open("rb") as f:
+            rows = pq.read_table(f).to_pylist()  # Python objects, not numpy or Arrow scalars
+    except (pa.ArrowException, OSError) as e:
+        reason = re.sub(r"^Could not open Parquet input source '[^']*': ", "", str(e))
+        raise TaskFileError(f"{p}: not a readable Parquet file ({reason})") from e
+    for n, row in enumerate(rows, start=1):
+        yield _Row(n, f"{p}: row {n}", {k: v for k, v in row.items() if v is not None},
+                   tuple(k for k, v in row.items() if v is None))
+
+
 def read_task_file(path: str | Path, fields: str = "rlcore") -> list[Task]:
-    """Read a JSONL task file whose lines follow preset `fields` (`rlcore.tasks.fields`); the
-    first malformed line raises TaskFileError naming the file, its number and the column."""
+    """Read a task file, Parquet if its name ends in `.parquet`, else JSONL, whose rows follow
+    preset `fields` (`rlcore.tasks.fields`); the first malformed row raises TaskFileError
+    naming the file, the line (JSONL) or row (Parquet) and the column."""
     p = Path(path)
     if not p.is_file():
         raise TaskFileError(f"task file '{p}' does not exist")
@@ -174,46 +228,47 @@ def read_task_file(path: str | Path, fields: str = "rlcore") -> list[Task]:
         TASK_LINE_SCHEMA if preset is None else preset_line_schema(preset))
     tasks: list[Task] = []
     seen: set[str] = set()
-    # split("\n"), not splitlines(): U+2028 and friends are legal inside JSON strings.
-    for lineno, line in enumerate(p.read_text().split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TaskFileError(f"{p}:{lineno}: not valid JSON ({e.msg})") from e
+    rows = _parquet_rows(p) if p.suffix.lower() == ".parquet" else _jsonl_rows(p)
+    for r in rows:
+        row = r.value
         err = next(iter(validator.iter_errors(row)), None)
         if err is not None:
-            if err.validator == "oneOf":
+            missing = ([c for c in err.validator_value if c not in row]
+                       if err.validator == "required" else [])
+            if missing and missing[0] in r.nulls:
+                msg = f"{missing[0]}: null, a missing value"
+            elif err.validator == "oneOf":
                 msg = "a task needs exactly one of 'answer' or 'tests'"
             else:
-                where = ".".join(map(str, err.absolute_path)) or "line"
-                msg = f"{where}: {err.message}"
-            if preset is not None and err.validator == "required":
-                # The likeliest cause is a file of another shape: say what this preset reads.
-                msg += (f" (task.fields '{preset.name}' reads the prompt from "
-                        f"'{preset.prompt}' and the answer from '{preset.answer}')")
-            raise TaskFileError(f"{p}:{lineno}: {msg}")
-        task_id = str(row.get("id", f"{p.stem}-{lineno}"))
+                # A whole-row error (a missing column, an extra one) has no column path.
+                column = ".".join(map(str, err.absolute_path))
+                msg = f"{column}: {err.message}" if column else err.message
+                if preset is not None and err.validator == "required":
+                    # The likeliest cause is a file of another shape: say what this preset
+                    # reads.
+                    msg += (f" (task.fields '{preset.name}' reads the prompt from "
+                            f"'{preset.prompt}' and the answer from '{preset.answer}')")
+            raise TaskFileError(f"{r.where}: {msg}")
+        task_id = str(row.get("id", f"{p.stem}-{r.number}"))
         if task_id in seen:
-            raise TaskFileError(f"{p}:{lineno}: duplicate task id '{task_id}'")
+            raise TaskFileError(f"{r.where}: duplicate task id '{task_id}'")
         seen.add(task_id)
         if preset is None:
-            tasks.append(_rlcore_task(p, lineno, row, task_id))
+            tasks.append(_rlcore_task(r.where, row, task_id))
         else:
-            tasks.append(_preset_task(p, lineno, row, task_id, preset))
+            tasks.append(_preset_task(r.where, row, task_id, preset))
     if not tasks:
         raise TaskFileError(f"task file '{p}' holds no tasks")
     return tasks
 
 
-def _rlcore_task(p: Path, lineno: int, row: dict[str, Any], task_id: str) -> Task:
-    """A schema-valid line of rlcore's own shape as a Task."""
+def _rlcore_task(where: str, row: dict[str, Any], task_id: str) -> Task:
+    """A schema-valid row of rlcore's own shape as a Task."""
     answer = row.get("answer")
     tests = row.get("tests")
     if tests is not None:
         if "entry_point" not in row:
-            raise TaskFileError(f"{p}:{lineno}: a code task (one with 'tests') needs "
+            raise TaskFileError(f"{where}: a code task (one with 'tests') needs "
                                 "'entry_point', the name of the function to test")
         tests = [t if isinstance(t, str) else io_assertion(row["entry_point"], t)
                  for t in tests]
@@ -227,13 +282,12 @@ def _rlcore_task(p: Path, lineno: int, row: dict[str, Any], task_id: str) -> Tas
     )
 
 
-def _preset_task(p: Path, lineno: int, row: dict[str, Any], task_id: str,
-                 preset: FieldPreset) -> Task:
-    """A schema-valid line of a dataset preset as an answer Task; its other columns are meta."""
+def _preset_task(where: str, row: dict[str, Any], task_id: str, preset: FieldPreset) -> Task:
+    """A schema-valid row of a dataset preset as an answer Task; its other columns are meta."""
     try:
         answer = preset.extract(row[preset.answer])
     except FieldError as e:
-        raise TaskFileError(f"{p}:{lineno}: {preset.answer}: {e}") from e
+        raise TaskFileError(f"{where}: {preset.answer}: {e}") from e
     meta = {k: v for k, v in row.items() if k not in ("id", preset.prompt, preset.answer)}
     return Task(task_id=task_id, prompt=row[preset.prompt], answer=answer, meta=meta)
 
