@@ -62,7 +62,8 @@ class ModelConfig:
 class TaskConfig:
     suite: Literal["arith", "chain", "jsonl"] = _f(
         "arith", "Task suite: generated arithmetic (arith: 'a+b=' answered by the sum; chain: "
-        "sums of several operands answered step by step, 'a+b=c;c+d=e'), or a file (jsonl)."
+        "sums of several operands answered step by step, 'a+b=c;c+d=e'), or files (jsonl: JSONL "
+        "or Parquet)."
     )
     split_seed: int = _f(
         1234, "Seed of task generation and of the train/held-out split (shared by all runs).",
@@ -91,8 +92,14 @@ class TaskConfig:
         "symbolic", "arith: prompts as '3+4=' (symbolic, for the tiny model) or as a question "
         "in words (for instruct models)."
     )
-    train_path: str | None = _f(None, "jsonl: file of training tasks, one JSON object a line.")
-    heldout_path: str | None = _f(None, "jsonl: file of held-out tasks, one JSON object a line.")
+    train_path: str | None = _f(
+        None, "jsonl: file of training tasks, one JSON object a line, or Parquet if the name "
+        "ends in .parquet."
+    )
+    heldout_path: str | None = _f(
+        None, "jsonl: file of held-out tasks, one JSON object a line, or Parquet if the name "
+        "ends in .parquet."
+    )
     fields: Literal["rlcore", "gsm8k", "math"] = _f(
         "rlcore", "jsonl: which columns hold the prompt and the answer (docs/tasks.md): rlcore "
         "(prompt, answer or code-task fields), gsm8k (question; answer's '#### N' tail), "
