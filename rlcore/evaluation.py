@@ -30,6 +30,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
     greedy_pass = 0
     sampled_pass = 0
     per_task = []
+    verify_errors = 0  # math answers with no verdict within reward.timeout_sec (scored 0)
     lengths: Counter[int] = Counter()  # sampled response lengths, tokens (stop included)
     for lo in range(0, len(tasks), ev.batch_size):
         chunk, ids = tasks[lo : lo + ev.batch_size], prompts[lo : lo + ev.batch_size]
@@ -43,13 +44,12 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
                                   draws=Draws(seed, keys))
         lengths.update(len(s.response_ids) for s in sampled)
         for i, task in enumerate(chunk):
-            g_ok = evaluate_response(policy.decode_response(greedy[i]), task,
-                                     cfg.reward)["pass"]
-            s_ok = sum(
-                evaluate_response(policy.decode_response(s.response_ids), task,
-                                  cfg.reward)["pass"]
-                for s in sampled[i * ev.samples_per_task : (i + 1) * ev.samples_per_task]
-            )
+            results = [evaluate_response(policy.decode_response(ids), task, cfg.reward)
+                       for ids in [greedy[i], *(s.response_ids for s in sampled[
+                           i * ev.samples_per_task : (i + 1) * ev.samples_per_task])]]
+            verify_errors += sum("verify_error" in r for r in results)
+            g_ok = results[0]["pass"]
+            s_ok = sum(r["pass"] for r in results[1:])
             greedy_pass += g_ok
             sampled_pass += s_ok
             per_task.append({"task_id": task.task_id, "greedy_pass": bool(g_ok),
@@ -62,6 +62,7 @@ def evaluate_policy(policy: HFPolicy, tasks: list[Task], cfg: RunConfig, seed: i
         "sampled_pass_rate": sampled_pass / (n * ev.samples_per_task),
         "eval_s": time.perf_counter() - start,
         "sampled_lengths": {str(k): lengths[k] for k in sorted(lengths)},
+        "verify_errors": verify_errors,
         "per_task": per_task,
     }
 

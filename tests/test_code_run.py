@@ -40,7 +40,7 @@ def test_areal_run_on_code_tasks_with_hostile_responses(tmp_path: Path, tiny_mod
         rollout={"max_new_tokens": 12},
         train={"updates": 4, "update_batch_size": 8},
         staleness={"staleness_k": 2},
-        reward={"timeout_sec": 0.5, "workers": 2},
+        reward={"verifier": "code", "timeout_sec": 0.5, "workers": 2},
     ))
     seen = {"n": 0}
     on_sample, pump, evaluate = Controller.on_sample, Controller.pump, reward.evaluate_response

@@ -99,7 +99,7 @@ def run_config(model_dir: Path, tmp: Path, name: str, seed: int) -> RunConfig:
         sections["task"] = {"suite": "jsonl", "train_path": str(tmp / "train.jsonl"),
                             "heldout_path": str(tmp / "heldout.jsonl")}
         sections["rollout"]["max_new_tokens"] = 8
-        sections["reward"] = {"timeout_sec": 2.0, "workers": 2}
+        sections["reward"] = {"verifier": "code", "timeout_sec": 2.0, "workers": 2}
     return config_from_dict(small_config(model_dir, mode=mode, seed=seed, **sections))
 
 

@@ -86,7 +86,7 @@ class TestEvaluateResponse:
         task = Task(task_id="c1", prompt="def f():", tests=["assert f() == 1"],
                     entry_point="f")
         good = evaluate_response("```python\ndef f():\n    return 1\n```", task,
-                                 RewardConfig())
+                                 RewardConfig(verifier="code"))
         assert good["pass"] is True and good["reward"] == 1.0 and good["tests_passed"] == 1
-        bad = evaluate_response("def f():\n    return 2", task, RewardConfig())
+        bad = evaluate_response("def f():\n    return 2", task, RewardConfig(verifier="code"))
         assert bad["pass"] is False and bad["reward"] == 0.0

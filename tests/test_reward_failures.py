@@ -55,7 +55,8 @@ def code_config(model_dir: Path, tmp: Path, mode: str, limit: int) -> RunConfig:
               "heldout_path": str(tmp / "heldout.jsonl")},
         rollout={"max_new_tokens": 8},
         train={"updates": 2, "update_batch_size": 8},
-        reward={"timeout_sec": 2.0, "workers": 2, "max_harness_errors": limit},
+        reward={"verifier": "code", "timeout_sec": 2.0, "workers": 2,
+                "max_harness_errors": limit},
         runtime={"progress_every": 0, "save_policy": False}))
 
 
@@ -215,7 +216,7 @@ def test_the_pool_scores_a_harness_failure_0_and_the_limit_stops_the_run(
 def test_failing_or_timed_out_tests_are_an_ordinary_reward_of_0():
     task = Task(task_id="inc", prompt="", entry_point="inc",
                 tests=["assert inc(1) == 2", "assert inc(1) + 1 == 3"])
-    pool = reward.RewardPool(RewardConfig(timeout_sec=1.0))
+    pool = reward.RewardPool(RewardConfig(verifier="code", timeout_sec=1.0))
     try:
         wrong, hangs, mistyped = pool.map([
             ("def inc(x):\n    return x\n", task),

@@ -19,7 +19,7 @@ from rlcore.tasks.suites import Task, read_task_file
 from tests.code_solutions import CORRECT, WRONG
 
 ROOT = Path(__file__).resolve().parents[1]
-CFG = RewardConfig(timeout_sec=1.0)
+CFG = RewardConfig(verifier="code", timeout_sec=1.0)
 NAMESPACES = detect_isolation(CFG).method == "namespaces"
 needs_namespaces = pytest.mark.skipif(
     not NAMESPACES, reason="needs root and util-linux unshare/setpriv (namespaces)")
@@ -213,7 +213,7 @@ def test_hostile_response_is_contained(name: str, listener, monkeypatch):
     assert evaluate_response(RIGHT, DOUBLE, CFG)["pass"] is True
 
 
-FALLBACK = RewardConfig(timeout_sec=1.0, sandbox_isolation="rlimits")
+FALLBACK = RewardConfig(verifier="code", timeout_sec=1.0, sandbox_isolation="rlimits")
 
 
 @pytest.mark.skipif(not NAMESPACES, reason="this machine offers no namespaces to keep")

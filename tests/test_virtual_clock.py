@@ -42,7 +42,7 @@ def profile(**terms: Any) -> HardwareProfile:
         name="test", machine="none", source="by hand", model_bytes=None,
         decode=DecodeCost(0, 0, 0, 1), prefill=TokenCost(0, 0, 1), update=TokenCost(0, 0, 1),
         weight_write=CopyCost(0, 1, 1), weight_read=CopyCost(0, 1, 1),
-        reward=RewardCost(0, 0, 1), controller=ControllerCost(0, 0), commit=CommitCost(0),
+        reward=RewardCost(0, 0, 0, 1), controller=ControllerCost(0, 0), commit=CommitCost(0),
         cpu=CpuCost(None, 0.0))
     return dataclasses.replace(base, **terms)
 
@@ -58,7 +58,7 @@ class TestCostModel:
                     prefill=TokenCost(call_s=2e-3, per_token_s=1e-5, gil_share=1),
                     update=TokenCost(call_s=0.1, per_token_s=1e-4, gil_share=1),
                     weight_read=CopyCost(call_s=1e-3, gb_per_s=2.0, gil_share=1),
-                    reward=RewardCost(answer_s=1e-5, code_s=0.05, gil_share=1),
+                    reward=RewardCost(answer_s=1e-5, code_s=0.05, math_s=1e-3, gil_share=1),
                     controller=ControllerCost(message_s=1e-4, per_sample_s=2e-5),
                     commit=CommitCost(call_s=3e-5))
         # 4 steps, 4 rows each at context 10..13: 4e-3 + 16e-4 + (4*(10+11+12+13))e-6
@@ -250,7 +250,7 @@ RUN_PROFILE = {
     "update": {"call_s": 2e-2, "per_token_s": 5e-5, "gil_share": 0.3},
     "weight_write": {"call_s": 1e-4, "gb_per_s": 1.0, "gil_share": 0.1},
     "weight_read": {"call_s": 1e-4, "gb_per_s": 1.0, "gil_share": 0.1},
-    "reward": {"answer_s": 1e-5, "code_s": 0.05, "gil_share": 1.0},
+    "reward": {"answer_s": 1e-5, "code_s": 0.05, "math_s": 1e-3, "gil_share": 1.0},
     "controller": {"message_s": 1e-4, "per_sample_s": 2e-5},
     "commit": {"call_s": 1e-5},
     "cpu": {"cores": None, "concurrent_slowdown": 0.0},

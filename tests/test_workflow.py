@@ -521,7 +521,7 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
         "suite": "jsonl", "fields": "gsm8k",
         "train_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "train.jsonl"),
         "heldout_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "heldout.jsonl")}),
-     "math/train.jsonl:1: line: 'question' is a required property"),
+     "math/train.jsonl:1: 'question' is a required property"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "misspelled-run-key",
         "missing-model", "unknown-policy", "sync-k", "bad-policy-setting", "k-axis",
         "unknown-profile", "clock-without-profile", "profile-named-wall", "run-clock",

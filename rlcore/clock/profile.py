@@ -61,8 +61,11 @@ class CopyCost:
 
 @dataclasses.dataclass(frozen=True)
 class RewardCost:
-    answer_s: float = _f("seconds to score one answer task (parse and compare)", minimum=0)
+    answer_s: float = _f("seconds to score one answer with last_integer or exact (parse and "
+                         "compare)", minimum=0)
     code_s: float = _f("seconds to score one code task (its tests in the sandbox)", minimum=0)
+    math_s: float = _f("seconds to score one answer with math-verify (reward.verifier math: "
+                       "a round trip to its worker process, parse and compare)", minimum=0)
     gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
 
 
@@ -127,7 +130,9 @@ class HardwareProfile:
                 nbytes = work.nbytes if self.model_bytes is None else self.model_bytes
                 return c.call_s + nbytes / (c.gb_per_s * 1e9)
             case Reward():
-                return self.reward.code_s if work.kind == "code" else self.reward.answer_s
+                if work.kind in ("code", "math"):
+                    return self.reward.code_s if work.kind == "code" else self.reward.math_s
+                return self.reward.answer_s
             case Handle():
                 return self.controller.message_s + self.controller.per_sample_s * work.samples
             case Commit():

@@ -51,7 +51,7 @@ class Weights:
 class Reward:
     """Scoring one response."""
 
-    kind: Literal["answer", "code"]
+    kind: Literal["last_integer", "exact", "math", "code"]  # reward.verifier
 
 
 @dataclass(frozen=True)

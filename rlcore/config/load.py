@@ -39,6 +39,10 @@ def _validate_semantics(cfg: RunConfig) -> None:
     if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
     _validate_task_prompts(cfg)
+    if cfg.reward.verifier == "code" and cfg.task.suite != "jsonl":
+        raise ConfigError(f"reward.verifier 'code' runs code tasks' tests, and task.suite "
+                          f"'{cfg.task.suite}' has none: set reward.verifier to last_integer, "
+                          "exact or math, or task.suite to jsonl with code task files")
     if cfg.task.min_terms > cfg.task.max_terms:
         raise ConfigError(f"task.min_terms ({cfg.task.min_terms}) is more than task.max_terms "
                           f"({cfg.task.max_terms})")

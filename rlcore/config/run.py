@@ -203,10 +203,24 @@ class StalenessConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    timeout_sec: float = _f(5.0, "Wall-clock limit of one reward evaluation.", exclusiveMinimum=0)
+    verifier: Literal["last_integer", "exact", "math", "code"] = _f(
+        "last_integer", "How a response is judged (docs/tasks.md): last_integer (the last "
+        "integer in it equals the answer; a non-integer answer must equal the whole response), "
+        "exact (the stripped response equals the answer), math (math-verify: the response's "
+        "boxed or last answer is equivalent to the answer; in worker processes), code (the "
+        "task's tests against the response's code, in the sandbox).",
+    )
+    timeout_sec: float = _f(
+        5.0, "Wall-clock limit of one reward evaluation (code and math): past it the response "
+        "scores 0 and is counted.", exclusiveMinimum=0,
+    )
     workers: int = _f(
-        2, "Code tasks: sandboxed evaluations running at once, off the controller's path.",
-        minimum=1, maximum=64,
+        2, "Code and math: evaluations running at once (sandboxes, or math-verify worker "
+        "processes), off the controller's path.", minimum=1, maximum=64,
+    )
+    verifier_memory_mb: int = _f(
+        2048, "math: address-space limit of a math-verify worker; an answer that needs more "
+        "scores 0.", minimum=256,
     )
     sandbox_isolation: Literal["auto", "namespaces", "rlimits"] = _f(
         "auto", "Code tasks: namespaces (fail if unavailable), rlimits (resource limits "

@@ -49,6 +49,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     update = time_updates(cfg, reps)
     write, read = time_weights(cfg, reps)
     answer_s = time_rewards(cfg, 2000)
+    math_s = time_rewards(cfg, 200, "math")
     controller = time_controller(cfg, 5 * reps, answer_s)
     commit_s = time_commit(cfg, 2000)
     decode_gil = gil_share(lambda: decode_work(cfg), 5)
@@ -68,7 +69,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         update=TokenCost(update.coef[0], update.coef[1], gil_share=update_gil),
         weight_write=CopyCost(write.coef[0], _bandwidth(write), gil_share=0.1),
         weight_read=CopyCost(read.coef[0], _bandwidth(read), gil_share=0.1),
-        reward=RewardCost(answer_s=answer_s, code_s=0.05, gil_share=1.0),
+        reward=RewardCost(answer_s=answer_s, code_s=0.05, math_s=math_s, gil_share=1.0),
         controller=ControllerCost(controller.coef[0], controller.coef[1]),
         commit=CommitCost(commit_s),
         cpu=CpuCost(cores if resolve_device(cfg.model.rollout_device, "rollout").type == "cpu"
@@ -77,7 +78,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
             "weight_read": read, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
                        f"{', '.join(f'{c:.3g}' for c in f.coef)}" for k, f in fits.items())
-    report += (f"\n  reward        answer {answer_s:.3g} s (median of 2000)"
+    report += (f"\n  reward        answer {answer_s:.3g} s (median of 2000), math "
+               f"{math_s:.3g} s (median of 200)"
                f"\n  commit        {commit_s:.3g} s (median of 2000)"
                f"\n  gil_share     decode {decode_gil:.2f}, update {update_gil:.2f}"
                f"\n  cpu           {cores} cores; concurrent slowdown {slowdown:.2f} (median "

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -193,17 +193,21 @@ def time_weights(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
             nonneg_lstsq([[1.0, g] for g, _ in reads], [s for _, s in reads]))
 
 
-def time_rewards(cfg: RunConfig, n: int) -> float:
-    """Seconds to score one answer (the median of n, over the training tasks)."""
+def time_rewards(cfg: RunConfig, n: int,
+                 verifier: Literal["last_integer", "math"] = "last_integer") -> float:
+    """Seconds to score one answer with `verifier` (the median of n, over the training
+    tasks, after a few untimed ones: math-verify's workers start on first use)."""
     tasks = [t for t in preflight(cfg) if t.kind != "code"]
     if not tasks:
         return 0.0
+    reward_cfg = dataclasses.replace(cfg.reward, verifier=verifier)
     times = []
-    for i in range(n):
+    for i in range(-min(n, 8), n):
         task = tasks[i % len(tasks)]
         t0 = time.perf_counter()
-        evaluate_response(f"the answer is {i}", task, cfg.reward)
-        times.append(time.perf_counter() - t0)
+        evaluate_response(f"the answer is {i}", task, reward_cfg)
+        if i >= 0:
+            times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 

@@ -13,7 +13,6 @@ import queue
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from rlcore.algo.batching import take_whole_groups
 from rlcore.algo.staleness import (
@@ -64,8 +63,6 @@ class PlanController:
         self.t_done: float | None = None
         self._last_pump = self.clock.now()
         self._blocked: set[str] = set()
-        self.reward_kind: dict[str, Literal["answer", "code"]] = {
-            t.prompt: "code" if t.kind == "code" else "answer" for t in p.tasks}
 
     @property
     def done(self) -> bool:
@@ -112,7 +109,7 @@ class PlanController:
         p = self.p
         if isinstance(msg, PlanBatch):
             for sample in msg.samples:
-                p.charge("controller", Reward(kind=self.reward_kind[sample.slot.prompt]))
+                p.charge("controller", Reward(kind=self.cfg.reward.verifier))
                 self.on_sample(sample)
             for cut in msg.cuts:
                 self.on_cut(cut)

@@ -87,8 +87,8 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
                                 ro.max_new_tokens)
         while not sampler.done:
             sampled += sampler.step(ro.chunk_tokens)
-        for p in prompts:
-            charge(Reward(kind="code" if p.task.kind == "code" else "answer"))
+        for _ in prompts:
+            charge(Reward(kind=cfg.reward.verifier))
         charge(Handle(samples=len(prompts)))
         lengths = [work.prompt_tokens[p.task.prompt] + sampler.tokens(i)
                    for i, p in enumerate(prompts)]

@@ -61,7 +61,9 @@ def sample_row(sample_id: int, prompt: Prompt, *, slot: int, attempt: int, worke
         "finished": finished,
         "logprob_sum": logprob_sum,
         # code tasks: how many tests passed, and the first failure (None when all passed);
-        # any task: what the harness raised instead of judging the response
-        **{k: scored[k] for k in ("tests_passed", "error", "harness_error") if k in scored},
+        # math: why math-verify reached no verdict (the answer scored 0); any task: what the
+        # harness raised instead of judging the response
+        **{k: scored[k] for k in ("tests_passed", "error", "verify_error", "harness_error")
+           if k in scored},
         "t_emit": t_emit,
     }

@@ -118,6 +118,8 @@ def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
         },
         "reward": {
             "harness_errors": sum("harness_error" in r for r in samples),
+            # math answers that got no verdict within reward.timeout_sec (scored 0)
+            "verify_errors": sum("verify_error" in r for r in samples),
         },
         "staleness": {
             "mean_accepted": sum(r["staleness"] for r in accepted) / max(len(accepted), 1),

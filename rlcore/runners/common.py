@@ -14,15 +14,16 @@ from rlcore.config import RunConfig
 from rlcore.policy.hf_policy import TrainBatch
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import Generation
+from rlcore.tasks.reward import check_suite
 from rlcore.tasks.sandbox import detect_isolation
-from rlcore.tasks.suites import Task, load_suite
+from rlcore.tasks.suites import Task
 
 
 def preflight(cfg: RunConfig) -> list[Task]:
     """Check what a run reads before anything is written; returns the training tasks."""
     check_model_dir(cfg.model.path)
-    tasks = load_suite(cfg.task).split("train")
-    if any(t.kind == "code" for t in tasks):
+    tasks = check_suite(cfg.task, cfg.reward).split("train")
+    if cfg.reward.verifier == "code":
         detect_isolation(cfg.reward)  # no usable sandbox: fail now, not at the first reward
     return tasks
 

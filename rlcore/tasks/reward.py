@@ -1,16 +1,22 @@
 """The reward harness: one function, `evaluate_response`, shared by every runner.
 
-Answer tasks are scored by exact match of the parsed answer; code tasks by running their tests
-against the response's code in the sandbox (`rlcore.tasks.grading`): the reward is 1 when every test
-passes, else 0. For an integer reference answer
-the rule is: the last integer in the response (optionally signed, commas allowed as thousands
-separators) is the answer; a response without an integer fails. Taking the last number lets
-instruct models show their working ("3+4 is 7, so the answer is 7") while a bare "7" from the
-tiny model is the same. A non-numeric reference must equal the whole stripped response.
+`reward.verifier` says how a response is judged:
+- `last_integer` (the default): for an integer reference, the last integer in the response
+  (optionally signed, commas allowed as thousands separators) is the answer; a response
+  without one fails. Taking the last number lets instruct models show their working ("3+4 is
+  7, so the answer is 7") while a bare "7" from the tiny model is the same. A non-integer
+  reference must equal the whole stripped response.
+- `exact`: the stripped response equals the stripped reference.
+- `math`: math-verify judges the response's boxed or last answer equivalent to the reference
+  (`1/2`, `0.5` and `\\frac{1}{2}` alike), in worker processes under `reward.timeout_sec`
+  (`rlcore.tasks.math_verifier`); an answer that outlasts it scores 0 with `verify_error`.
+- `code`: the task's tests run against the response's code in the sandbox
+  (`rlcore.tasks.grading`): 1 when every test passes, else 0.
+`check_tasks` refuses, before a run, tasks the verifier cannot judge.
 
-`RewardPool` takes scoring off the caller's path: code evaluations run in a few threads, each
-with a sandbox slot of its own, and report back through a callback, so a slow or hostile
-response never stalls the controller.
+`RewardPool` takes the slow verifiers (`code`, `math`) off the caller's path: they run in a
+few threads, each with a sandbox slot of its own, and report back through a callback, so a
+slow or hostile response never stalls the controller.
 
 A *harness failure* is `evaluate_response` raising (a sandbox that cannot start, a broken
 task): the response was never judged. A response whose tests fail, crash or time out has
@@ -32,12 +38,14 @@ from typing import Any
 
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Reward
-from rlcore.config import RewardConfig
+from rlcore.config import ConfigError, RewardConfig, TaskConfig
 from rlcore.errors import HarnessFailed
 from rlcore.tasks.grading import extract_code, run_tests
+from rlcore.tasks.math_verifier import shared_verifier
 from rlcore.tasks.prompts import Prompt
-from rlcore.tasks.suites import Task
+from rlcore.tasks.suites import Task, TaskSuite, load_suite
 
+SLOW_VERIFIERS = ("code", "math")  # scored off the caller's path, in RewardPool's threads
 _INT = re.compile(r"-?\d[\d,]*")
 
 
@@ -55,10 +63,13 @@ def parse_answer(response_text: str) -> str | None:
 
 def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: int = 0
                       ) -> dict[str, Any]:
-    """Score one response: {'reward': float, 'pass': bool, 'parsed': str|None, 'eval_s': float},
-    plus the test counts and first error for a code task (run in sandbox slot `slot`)."""
+    """Score one response with `cfg.verifier`: {'reward', 'pass', 'parsed', 'eval_s'}, plus
+    the test counts and first error for a code task (run in sandbox slot `slot`), and
+    `verify_error` for a math answer that got no verdict."""
     start = time.perf_counter()
-    if task.kind == "code":
+    if (task.kind == "code") != (cfg.verifier == "code"):
+        raise ConfigError(mismatch(task, cfg.verifier))
+    if cfg.verifier == "code":
         code = extract_code(response_text, task.entry_point or "")
         verdict = run_tests(cfg, code, task.entry_point or "", task.tests or [], slot)
         return {"reward": 1.0 if verdict["pass"] else 0.0, "pass": verdict["pass"],
@@ -66,10 +77,16 @@ def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: i
                 "tests_passed": verdict["tests_passed"], "tests_total": verdict["tests_total"],
                 "error": verdict["error"]}
     reference = (task.answer or "").strip()
-    if _INT.fullmatch(reference):
+    extra: dict[str, Any] = {}
+    if cfg.verifier == "math":
+        verdict_m = shared_verifier(cfg).check(response_text, reference)
+        ok, parsed = verdict_m.ok, verdict_m.parsed
+        if verdict_m.error is not None:
+            extra["verify_error"] = verdict_m.error
+    elif cfg.verifier == "last_integer" and _INT.fullmatch(reference):
         parsed = parse_answer(response_text)
         ok = parsed is not None and parsed == parse_answer(reference)
-    else:  # a non-numeric reference answer: the whole stripped response must equal it
+    else:  # exact, or last_integer with a non-integer reference: the whole stripped response
         parsed = response_text.strip()
         ok = parsed == reference
     return {
@@ -77,16 +94,65 @@ def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: i
         "pass": ok,
         "parsed": parsed,
         "eval_s": time.perf_counter() - start,
+        **extra,
     }
+
+
+def mismatch(task: Task, verifier: str) -> str:
+    """Why `verifier` cannot judge `task` (a code task needs `code`, and only it)."""
+    if task.kind == "code":
+        return (f"task '{task.task_id}' is a code task (it has tests): set reward.verifier "
+                f"to 'code' (it is '{verifier}')")
+    return (f"task '{task.task_id}' is an answer task: reward.verifier 'code' runs code tasks' "
+            "tests; set it to last_integer, exact or math")
+
+
+def check_suite(task_cfg: TaskConfig, cfg: RewardConfig) -> TaskSuite:
+    """The configured suite, both splits checked by `check_tasks` (so a held-out gold the
+    verifier cannot read stops a run before it trains, not at its eval)."""
+    suite = load_suite(task_cfg)
+    for split, path in (("train", task_cfg.train_path), ("heldout", task_cfg.heldout_path)):
+        source = path if task_cfg.suite == "jsonl" else f"task.suite '{task_cfg.suite}' ({split})"
+        check_tasks(suite.split(split), cfg, str(source))
+    return suite
+
+
+def check_tasks(tasks: Iterable[Task], cfg: RewardConfig, source: str) -> None:
+    """Refuse, naming `source` and the task, tasks `cfg.verifier` cannot judge: a code task
+    outside `code` or the reverse, or under `math` a gold answer math-verify reads nothing
+    from (no response could pass it)."""
+    tasks = list(tasks)
+    for task in tasks:
+        if (task.kind == "code") != (cfg.verifier == "code"):
+            raise ConfigError(f"{source}: {mismatch(task, cfg.verifier)}")
+    if cfg.verifier != "math":
+        return
+    verifier = shared_verifier(cfg)
+    seen: set[str] = set()
+    for task in tasks:
+        gold = (task.answer or "").strip()
+        if gold in seen:
+            continue
+        seen.add(gold)
+        try:
+            parsed = verifier.parse_gold(gold)
+        except ValueError as e:
+            raise ConfigError(f"{source}: task '{task.task_id}': {e}") from e
+        if parsed is None:
+            raise ConfigError(
+                f"{source}: task '{task.task_id}': math-verify reads no mathematical "
+                f"expression from the gold answer {gold!r}, so it could only compare text: "
+                "fix the answer in the file, or set reward.verifier to exact")
 
 
 class RewardPool:
     """Scores responses off the caller's path, and applies the harness-failure rule.
 
-    Answer tasks take microseconds and are scored at once, in the caller (`submit` returns
-    the result); code tasks go to `cfg.workers` threads (the sandbox is a subprocess, so
-    threads overlap), each thread with its own sandbox slot (its own unprivileged uid), and
-    their results reach `done(key, result)`, called from that thread. Under a virtual clock
+    `last_integer` and `exact` take microseconds and are scored at once, in the caller
+    (`submit` returns the result); `code` and `math` go to `cfg.workers` threads (the sandbox
+    and math-verify's workers are processes, so threads overlap), each thread with its own
+    sandbox slot (its own unprivileged uid), and their results reach `done(key, result)`,
+    called from that thread. Under a virtual clock
     every task is scored in the caller, one at a time, and charged to it: a thread outside the
     clock's schedule would make the run's order depend on this machine again.
     """
@@ -102,12 +168,14 @@ class RewardPool:
         def name_slot() -> None:
             self._slot.index = next(slots)
 
+        # Under a virtual clock every response is scored in the caller (see above).
+        self.off_path = cfg.verifier in SLOW_VERIFIERS and not clock.virtual
         self._pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix="reward",
                                         initializer=name_slot)
 
     def submit(self, key: Any, response_text: str, task: Task) -> dict[str, Any] | None:
         """Score a response: the result now (answer tasks), or None and `done` later."""
-        if task.kind != "code" or self.clock.virtual:
+        if not self.off_path:
             return self._evaluate(response_text, task)
         self._pool.submit(self._score, key, response_text, task)
         return None
@@ -125,12 +193,12 @@ class RewardPool:
             return {"reward": 0.0, "pass": False, "parsed": None, "eval_s": 0.0,
                     "harness_error": f"{type(e).__name__}: {e}"}
         finally:
-            self.clock.charge(Reward(kind="code" if task.kind == "code" else "answer"))
+            self.clock.charge(Reward(kind=self.cfg.verifier))
 
     def map(self, items: Iterable[tuple[str, Task]]) -> list[dict[str, Any]]:
         """Score (response, task) pairs concurrently and return the results in order."""
         items = list(items)
-        if self.clock.virtual or not any(task.kind == "code" for _, task in items):
+        if not self.off_path:
             return [self._evaluate(text, task) for text, task in items]
         return list(self._pool.map(
             lambda item: self._evaluate(item[0], item[1], self._slot.index), items))

@@ -447,18 +447,21 @@ check_model_path()
 
 
 def check_task_files():
-    """A file suite's task files must load before any job starts: a bad line is reported
-    once, here (file, line and column), not by every job that reads the files."""
-    from rlcore.tasks.suites import load_suite
+    """A file suite's task files must load, and its verifier read their gold answers, before
+    any job starts: a bad line is reported once, here (file, line and column), not by every
+    job that reads the files."""
+    from rlcore.tasks.reward import check_suite
 
     checked = set()
     for policy in [{}, *config["policies"].values()]:
         settings = _merge(config["run"], policy)
-        # Only the sections a suite reads: the grid's mode and K are not known here.
-        task = config_from_dict({k: settings[k] for k in ("model", "task")}).task
-        if task.suite == "jsonl" and task not in checked:
-            load_suite(task)
-            checked.add(task)
+        # Only the sections a suite and its verifier read: the grid's mode and K are not
+        # known here.
+        sections = {k: settings[k] for k in ("model", "task", "reward") if k in settings}
+        cfg = config_from_dict(sections)
+        if cfg.task.suite == "jsonl" and (cfg.task, cfg.reward) not in checked:
+            check_suite(cfg.task, cfg.reward)
+            checked.add((cfg.task, cfg.reward))
 
 
 check_task_files()
