@@ -104,7 +104,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rlcore.measure.bench import bench, bench_replay, bench_sandbox, bench_virtual
+    from rlcore.measure.bench import (
+        bench,
+        bench_replay,
+        bench_sandbox,
+        bench_verifiers,
+        bench_virtual,
+    )
     from rlcore.record.rundir import atomic_write_json
 
     cfg = load_config(args.config, args.set)
@@ -121,6 +127,8 @@ def _bench(args: argparse.Namespace) -> int:
         raise ConfigError("--sweep goes with --virtual")
     elif args.sandbox:
         result = bench_sandbox(cfg, args.sandbox)
+    elif args.verifiers:
+        result = bench_verifiers(cfg, args.verifiers, args.repeats)
     elif args.replay:
         if cfg.mode == "areal":
             from rlcore.runners.asynchronous import forkserver
@@ -270,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_eval)
 
     n = sub.add_parser("bench", help="modes side by side, overlap efficiency, weight sync; "
-                       "or the code sandbox's evaluations/s")
+                       "or the code sandbox's evaluations/s, or the verifiers' answers/s")
     n.add_argument("config", help="run config (YAML or JSON)")
     n.add_argument("--updates", type=int, default=200, help="updates per run of each mode")
     n.add_argument("--repeats", type=int, default=3, help="repetitions of the mode comparison")
@@ -280,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time weight sync for a random Qwen2.5-0.5B-sized model (~2 GB)")
     n.add_argument("--sandbox", type=int, metavar="N", default=0,
                    help="instead: time N sandboxed evaluations of a trivial correct solution")
+    n.add_argument("--verifiers", type=int, metavar="N", default=0,
+                   help="instead: answers/s of the last_integer, exact and math verifiers on "
+                        "N generated answers, --repeats rounds, interleaved")
     n.add_argument("--replay", action="store_true",
                    help="instead: a live run of CONFIG against its verification replay, "
                         "--repeats times, interleaved (`rlcore replay`'s speed)")

@@ -616,6 +616,69 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     assert "results/paper/tables/table1.csv" in result.stdout
 
 
+def test_paper_gsm8k_config_plans_against_the_shipped_sample(tmp_path: Path):
+    """config/paper-gsm8k.yaml with config/gsm8k-sample.yaml laid over it, as its header
+    says: the paper's grid is planned on the shipped GSM8K-format sample, each run judged by
+    math-verify; without the overlay, the missing download is named before any job."""
+    data = yaml.safe_load((ROOT / "config" / "paper-gsm8k.yaml").read_text())
+    build_stand_in(tmp_path / data["run"]["model"]["path"], "tiny")
+    (tmp_path / "config").mkdir()
+    for name in ("paper-gsm8k.yaml", "gsm8k-sample.yaml"):
+        shutil.copy(ROOT / "config" / name, tmp_path / "config" / name)
+    shutil.copytree(ROOT / "rlcore" / "tasks" / "data" / "gsm8k",
+                    tmp_path / "rlcore" / "tasks" / "data" / "gsm8k")
+    result = snakemake(tmp_path, "-n", "--configfile", "config/paper-gsm8k.yaml",
+                       "config/gsm8k-sample.yaml")
+    assert result.returncode == 0, result.stderr[-2000:]
+    grid = data["grid"]
+    runs = len({(m, p, k, o, seed) for b in grid["blocks"] for m in b["modes"]
+                for p in b["policies"] for k in b["ks"] for o in b["objectives"]
+                for seed in grid["seeds"]})
+    assert planned_jobs(result).get("run") == runs == 60
+    settings = [json.loads(shlex.split(j["shell"])[2]) for j in planned_job_blocks(result)
+                if j["rule"] == "run_config"]
+    assert len(settings) == runs
+    for s in settings:
+        assert s["reward"]["verifier"] == "math"
+        assert (s["task"]["fields"], s["task"]["train_path"]) == (
+            "gsm8k", "rlcore/tasks/data/gsm8k/train.jsonl")
+    alone = snakemake(tmp_path, "-n", "--configfile", "config/paper-gsm8k.yaml")
+    assert alone.returncode != 0
+    assert ("task file 'data/gsm8k/main/train-00000-of-00001.parquet' does not exist"
+            in alone.stdout + alone.stderr), alone.stderr[-2000:]
+
+
+GSM8K_LINE = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
+
+
+@pytest.mark.parametrize(("fields", "lines", "verifier", "message"), [
+    ("gsm8k", [GSM8K_LINE, {"question": "What is 1 + 1?", "solution": "#### 2"}], "math",
+     "train.jsonl:2: 'answer' is a required property (task.fields 'gsm8k' reads the prompt "
+     "from 'question' and the answer from 'answer')"),
+    ("gsm8k", [{"question": 7, "answer": "#### 7"}], "math", "train.jsonl:1: question: 7 is "
+     "not of type 'string'"),
+    ("gsm8k", [], "math", "task file 'train.jsonl' holds no tasks"),
+    ("math", [{"problem": "Expand.", "solution": "It is \\boxed{x^2+}"}], "math",
+     "train.jsonl: task 'train-1': math-verify reads no mathematical expression from the gold "
+     "answer 'x^2+'"),
+], ids=["missing-column", "non-string-prompt", "empty-file", "unparseable-gold"])
+def test_bad_task_files_fail_before_any_job(tmp_path: Path, fields: str, lines: list[dict],
+                                            verifier: str, message: str):
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
+    (tmp_path / "heldout.jsonl").write_text(json.dumps(
+        {"gsm8k": GSM8K_LINE, "math": {"problem": "1+1?", "solution": "\\boxed{2}"}}[fields])
+        + "\n")
+    data = small_pipeline_config()
+    data["run"]["task"] = {"suite": "jsonl", "fields": fields, "train_path": "train.jsonl",
+                           "heldout_path": "heldout.jsonl"}
+    data["run"]["reward"] = {"verifier": verifier}
+    write_config(tmp_path, data)
+    result = snakemake(tmp_path)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr, (result.stdout + result.stderr)[-2000:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "models").exists()
+
+
 def test_study_overlay_plans_the_full_product(tmp_path: Path):
     """config/study.yaml laid over config/config.yaml, as README says: every mode, policy, K
     and objective, three seeds each, with the emulated blocks the claims need, each run

@@ -257,6 +257,54 @@ def bench_sandbox(cfg: RunConfig, evaluations: int) -> dict[str, Any]:
             "evaluations_per_s": evaluations / elapsed, "isolation": iso.describe()}
 
 
+def verifier_answers(n: int, start: int = 0) -> list[tuple[str, Task]]:
+    """n (response, task) pairs, each task with a gold of its own (integers, decimals,
+    fractions, roots; distinct for distinct `start`), the response in one of the forms a
+    model writes (prose, boxed, LaTeX), every fifth one wrong."""
+    pairs = []
+    for i in range(start, start + n):
+        a, b = 3 + i, 7 + 2 * (i % 13)
+        gold, forms = [
+            (f"{a * b}", [f"so {a} * {b} = {a * b:,} in all", f"\\boxed{{{a * b}}}"]),
+            (f"{a}.{b}", [f"It is {a}.{b} metres.", f"\\boxed{{{a}.{b}}}"]),
+            (f"\\frac{{{a}}}{{{b}}}", [f"{a}/{b}", f"$\\boxed{{\\dfrac{{{a}}}{{{b}}}}}$"]),
+            (f"{a}\\sqrt{{{b}}}", [f"\\boxed{{\\sqrt{{{a * a * b}}}}}", f"${a}\\sqrt{{{b}}}$"]),
+        ][i % 4]
+        response = forms[i // 4 % 2] if i % 5 else f"the answer is {a + b}"
+        pairs.append((response, Task(task_id=f"v{i}", prompt=f"q{i}", answer=gold)))
+    return pairs
+
+
+def bench_verifiers(cfg: RunConfig, answers: int, repeats: int) -> dict[str, Any]:
+    """Answers judged per second by each answer verifier, through the reward pool as a run
+    uses it (math: cfg.reward.workers worker processes), `repeats` rounds with the verifiers
+    interleaved. Cold: each gold new to math-verify's workers (parsed, then the response);
+    warm: the same answers again (golds already parsed), as when a run meets a task again."""
+    verifiers: tuple[Literal["last_integer", "exact", "math"], ...] = (
+        "last_integer", "exact", "math")
+    rates: dict[str, dict[str, list[float]]] = {v: {"cold": [], "warm": []} for v in verifiers}
+    passed: dict[str, int] = {}
+    for r in range(repeats):
+        pairs = verifier_answers(answers, start=r * answers)  # new golds every round
+        for v in verifiers:
+            reward_cfg = dataclasses.replace(cfg.reward, verifier=v)
+            pool = RewardPool(reward_cfg)
+            try:
+                # start the workers (math-verify's imports) outside the timing
+                pool.map([("1", Task(task_id="w", prompt="w", answer="1"))] * reward_cfg.workers)
+                for phase in ("cold", "warm"):
+                    t0 = time.perf_counter()
+                    results = pool.map(pairs)
+                    rates[v][phase].append(answers / (time.perf_counter() - t0))
+                passed[v] = sum(res["pass"] for res in results)
+            finally:
+                pool.close()
+    return {"answers": answers, "repeats": repeats, "workers": cfg.reward.workers,
+            "passed_of_answers": passed,
+            "answers_per_s": {v: {phase: _spread(x) for phase, x in p.items()}
+                              for v, p in rates.items()}}
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
