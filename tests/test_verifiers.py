@@ -89,12 +89,16 @@ HOSTILE = [
 @pytest.mark.parametrize("response", HOSTILE, ids=["9^9^9^9", "2-tower", "nesting"])
 def test_a_hostile_answer_scores_0_within_the_timeout(response: str):
     cfg = RewardConfig(verifier="math", timeout_sec=1.0)
+    # the workers started (math-verify imported) before the clock starts: the bound is the
+    # answer's, not the verifier's start-up
+    assert evaluate_response("\\boxed{12}", Task("t", "p", answer="12"), cfg)["pass"]
     t0 = time.monotonic()
     result = evaluate_response(response, Task("t", "p", answer="12"), cfg)
     spent = time.monotonic() - t0
     assert (result["reward"], result["pass"]) == (0.0, False)
     assert result["verify_error"] == "no verdict within reward.timeout_sec=1 s", result
-    assert spent < 1.0 + 1.0, spent  # the timeout, plus killing and replacing one worker
+    # the timeout, plus killing one worker and starting another (not waiting for it)
+    assert spent < 1.0 + 2.0, spent
     # the killed worker was replaced: the next answer is judged as usual
     assert evaluate_response("\\boxed{12}", Task("t", "p", answer="12"), cfg)["pass"]
 

@@ -134,6 +134,7 @@ class MathVerifier:
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
         self.closed = False
+        self._pid = os.getpid()
         self.replaced = 0  # workers killed for a timeout or found dead
         for _ in range(workers):
             self._idle.put(self._start())
@@ -183,7 +184,10 @@ class MathVerifier:
         return reply[1] if reply[0] else None
 
     def close(self) -> None:
-        """Stop every worker; a later `check` raises."""
+        """Stop every worker; a later `check` raises. A no-op in a forked child, whose copy
+        would otherwise kill its parent's workers at exit."""
+        if os.getpid() != self._pid:
+            return
         self.closed = True
         with self._lock:
             workers, self._all = list(self._all), set()
