@@ -457,7 +457,9 @@ def check_task_files():
         settings = _merge(config["run"], policy)
         # Only the sections a suite and its verifier read: the grid's mode and K are not
         # known here.
-        sections = {k: settings[k] for k in ("model", "task", "reward") if k in settings}
+        sections = {
+            k: settings[k] for k in ("model", "task", "reward") if k in settings
+        }
         cfg = config_from_dict(sections)
         if cfg.task.suite == "jsonl" and (cfg.task, cfg.reward) not in checked:
             check_suite(cfg.task, cfg.reward)
