@@ -24,6 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from rlcore.config import RewardConfig
@@ -102,9 +103,15 @@ class _Worker:
 
     def __init__(self, memory_mb: int):
         mine, theirs = socket.socketpair()
+        # This process's rlcore, whatever the working directory holds: -P keeps the current
+        # directory off sys.path (a pipeline's working directory may have an rlcore/ folder
+        # of task data, which would shadow the package), PYTHONPATH names where it came from.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH"))
+            if p)}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rlcore.tasks.math_verifier", str(theirs.fileno()),
-             str(memory_mb)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+            [sys.executable, "-P", "-m", "rlcore.tasks.math_verifier", str(theirs.fileno()),
+             str(memory_mb)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)
         theirs.close()  # so that the worker's death reads as EOF here
         self.conn = Connection(mine.detach())
         self.ready = False
