@@ -142,7 +142,6 @@ class MathVerifier:
         self._lock = threading.Lock()
         self.closed = False
         self._pid = os.getpid()
-        self.replaced = 0  # workers killed for a timeout or found dead
         for _ in range(workers):
             self._idle.put(self._start())
 
@@ -172,7 +171,6 @@ class MathVerifier:
                 worker.kill()
                 with self._lock:
                     self._all.discard(worker)
-                self.replaced += 1
                 worker = self._start()
             self._idle.put(worker)
         return reply, error

@@ -67,8 +67,8 @@ def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: i
     the test counts and first error for a code task (run in sandbox slot `slot`), and
     `verify_error` for a math answer that got no verdict."""
     start = time.perf_counter()
-    if (task.kind == "code") != (cfg.verifier == "code"):
-        raise ConfigError(mismatch(task, cfg.verifier))
+    if (why := mismatch(task, cfg.verifier)) is not None:
+        raise ConfigError(why)
     if cfg.verifier == "code":
         code = extract_code(response_text, task.entry_point or "")
         verdict = run_tests(cfg, code, task.entry_point or "", task.tests or [], slot)
@@ -98,8 +98,10 @@ def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: i
     }
 
 
-def mismatch(task: Task, verifier: str) -> str:
-    """Why `verifier` cannot judge `task` (a code task needs `code`, and only it)."""
+def mismatch(task: Task, verifier: str) -> str | None:
+    """Why `verifier` cannot judge `task` (a code task needs `code`, and only it), or None."""
+    if (task.kind == "code") == (verifier == "code"):
+        return None
     if task.kind == "code":
         return (f"task '{task.task_id}' is a code task (it has tests): set reward.verifier "
                 f"to 'code' (it is '{verifier}')")
@@ -123,26 +125,27 @@ def check_tasks(tasks: Iterable[Task], cfg: RewardConfig, source: str) -> None:
     from (no response could pass it)."""
     tasks = list(tasks)
     for task in tasks:
-        if (task.kind == "code") != (cfg.verifier == "code"):
-            raise ConfigError(f"{source}: {mismatch(task, cfg.verifier)}")
+        if (why := mismatch(task, cfg.verifier)) is not None:
+            raise ConfigError(f"{source}: {why}")
     if cfg.verifier != "math":
         return
     verifier = shared_verifier(cfg)
-    seen: set[str] = set()
+    first: dict[str, Task] = {}  # each distinct gold, with the first task that has it
     for task in tasks:
-        gold = (task.answer or "").strip()
-        if gold in seen:
-            continue
-        seen.add(gold)
-        try:
-            parsed = verifier.parse_gold(gold)
-        except ValueError as e:
-            raise ConfigError(f"{source}: task '{task.task_id}': {e}") from e
-        if parsed is None:
-            raise ConfigError(
-                f"{source}: task '{task.task_id}': math-verify reads no mathematical "
-                f"expression from the gold answer {gold!r}, so it could only compare text: "
-                "fix the answer in the file, or set reward.verifier to exact")
+        first.setdefault((task.answer or "").strip(), task)
+    # one gold per worker at a time: a GSM8K split is thousands of them
+    with ThreadPoolExecutor(cfg.workers) as threads:
+        parsed_golds = threads.map(verifier.parse_gold, first)  # in order, errors included
+        for gold, task in first.items():
+            try:
+                parsed = next(parsed_golds)
+            except ValueError as e:
+                raise ConfigError(f"{source}: task '{task.task_id}': {e}") from e
+            if parsed is None:
+                raise ConfigError(
+                    f"{source}: task '{task.task_id}': math-verify reads no mathematical "
+                    f"expression from the gold answer {gold!r}, so it could only compare "
+                    "text: fix the answer in the file, or set reward.verifier to exact")
 
 
 class RewardPool:
