@@ -21,7 +21,9 @@ from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import RunLedger
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.runners import run_mode
+from rlcore.runners.asynchronous.messages import Stopped
 from rlcore.runners.asynchronous.placement import plan_cpus
+from rlcore.runners.asynchronous.runtime import role_peaks
 from tests.conftest import small_config
 
 MAX_RETRIES = 1
@@ -70,6 +72,8 @@ def check_invariants(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
     assert [(e["old_version"], e["new_version"]) for e in changes] == \
         [(v, v + 1) for v in range(cfg.train.updates)]
     assert summary["policy_version"] == cfg.train.updates
+
+    assert summary["gpu_peak_bytes"] == {"rollout": None, "trainer": None}  # on CPU
 
     # each trained sample was trained exactly once, in the batch the sample row names
     trained_ids = [i for u in updates for i in u["sample_ids"]]
@@ -442,3 +446,11 @@ class TestKeepCache:
         sampler.step(2)
         # two tokens of v3, then one drawn from v3's last logits, then v4's
         assert sampler.gens[0].versions == [3, 3, 3, 4, 4, 4]
+
+
+def test_a_roles_gpu_peak_is_the_largest_of_its_workers():
+    stopped = {"rollout0": Stopped("rollout0", gpu_peak_bytes=5),
+               "rollout1": Stopped("rollout1", gpu_peak_bytes=7),
+               "rollout12": Stopped("rollout12", gpu_peak_bytes=6),
+               "trainer0": Stopped("trainer0"), "param_service": Stopped("param_service")}
+    assert role_peaks(stopped) == {"rollout": 7, "trainer": None}

@@ -52,6 +52,7 @@ def test_each_mode_runs_and_evaluates_on_the_gpu(tiny_model_dir: Path, tmp_path:
     assert summary["reproducibility"]["environment"]["devices"] == {"rollout": GPU,
                                                                  "trainer": GPU}
     assert summary["samples"]["accepted"] > 0
+    assert all(b > 0 for b in summary["gpu_peak_bytes"].values())
     losses = [u["loss"] for u in read_jsonl(out / "updates.jsonl")]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
     result, path = evaluate_run(out)

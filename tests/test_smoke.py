@@ -13,6 +13,7 @@ import pytest
 from rlcore.cli import main
 from rlcore.measure import memory_watch
 from rlcore.measure.memory_watch import TreeWatch, memory_in_use, status_bytes
+from rlcore.measure.smoke import table
 from rlcore.policy.stand_in import build_stand_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +108,7 @@ def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
         assert set(peaks) - HELPERS == roles, peaks
         # every role's process has loaded torch (hundreds of MiB); a helper need not have
         assert all(peaks[r] > 10 * 2**20 for r in roles), peaks
+        assert m["gpu_peak_bytes"] == {"rollout": None, "trainer": None}  # CPU: no GPU figure
         if mode == "areal":
             assert m["shm_peak_bytes"] >= slots  # the weight slots live in /dev/shm
         ws = m["weight_sync"]
@@ -124,7 +126,9 @@ def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
         gen["rollout_tokens_per_s"] / gen["hf_generate_tokens_per_s"])
     printed = capsys.readouterr().out
     assert "areal: main" in printed and "param_service" in printed
-    assert "HF generate" in printed
+    assert "HF generate" in printed and "peak GPU memory" not in printed
+    result["modes"]["areal"]["gpu_peak_bytes"] = {"rollout": 3 * 2**30, "trainer": 2**29}
+    assert "  areal: rollout 3.00 GiB, trainer 0.50 GiB" in table(result)
 
 
 def test_smoke_refuses_an_incomplete_model_directory_before_running(qwen_dir: Path,

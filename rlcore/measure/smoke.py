@@ -5,8 +5,9 @@ Each mode runs as its own `rlcore run` process (so one mode's memory never count
 another's), then `rlcore eval` scores its final policy, watched from outside by
 `memory_watch.TreeWatch`. Recorded per mode: seconds per update, generated tokens/s, weight
 sync per version against one in-memory copy of the same state, the peak resident set of
-every process, and the peak use of /dev/shm. `make paper-smoke` runs config/paper.yaml on a
-randomly initialised Qwen2.5-0.5B-size stand-in (`rlcore.policy.stand_in`) on CPU.
+every process, the peak use of /dev/shm, and on a GPU each role's allocator peak. `make
+paper-smoke` runs config/paper.yaml on a randomly initialised Qwen2.5-0.5B-size stand-in
+(`rlcore.policy.stand_in`) on CPU.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ def mode_figures(summary: dict[str, Any], evaluation: dict[str, Any], run: TreeW
         "peak_rss_max_bytes": max(p["peak_rss_bytes"] for p in processes),
         "machine_peak_bytes": run.machine_peak_bytes,
         "shm_peak_bytes": run.shm_peak_bytes,
+        "gpu_peak_bytes": summary["gpu_peak_bytes"],
         "eval": {"tasks": evaluation["tasks"],
                  "greedy_pass_rate": evaluation["greedy_pass_rate"],
                  "sampled_pass_rate": evaluation["sampled_pass_rate"],
@@ -272,6 +274,13 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"  {mode}: " + ", ".join(f"{p['process']} {_size(p['peak_rss_bytes'])}"
                                                for p in m["processes"])
                      + f"; eval {_size(m['eval']['peak_rss_bytes'])}")
+    on_gpu = {mode: {r: b for r, b in m["gpu_peak_bytes"].items() if b is not None}
+              for mode, m in result["modes"].items()}
+    if any(on_gpu.values()):
+        lines.append("peak GPU memory (torch's allocator) per role; one process's in sync and "
+                     "threaded async:")
+        lines += [f"  {mode}: " + ", ".join(f"{r} {_size(b)}" for r, b in peaks.items())
+                  for mode, peaks in on_gpu.items() if peaks]
     if "generate" in result:
         g = result["generate"]
         lines.append(f"sampling on {g['device']}, batch {g['batch']} x {g['max_new_tokens']} "

@@ -27,6 +27,12 @@ def resolve_device(spec: str, role: str) -> torch.device:
     return torch.device(f"cuda:{min(1 if role == 'trainer' else 0, n - 1)}")
 
 
+def peak_gpu_bytes(device: torch.device) -> int | None:
+    """Peak bytes torch's CUDA allocator has held on `device` in this process; None off CUDA
+    (threads of one process share the figure)."""
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+
+
 def set_threads(cfg: RunConfig) -> None:
     """The per-role CPU thread budget, the same in every mode so that modes are matched."""
     torch.set_num_threads(cfg.runtime.threads_per_role)

@@ -301,9 +301,10 @@ class RunLedger:
     # --- the end -------------------------------------------------------------------------
     def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
                waits: dict[str, float], placement: dict[str, Any],
-               devices: dict[str, str], replay: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
-        """Save the final policy and finalize the run directory (summary.json last); `replay`
+               devices: dict[str, str], gpu_peak_bytes: dict[str, int | None],
+               replay: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Save the final policy and finalize the run directory (summary.json last);
+        `gpu_peak_bytes` is each role's allocator peak on its GPU (None off CUDA); `replay`
         says what a replay run replayed."""
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
@@ -312,6 +313,7 @@ class RunLedger:
                                 placement=placement,
                                 load=self.load.summary(self._worker_cpu_s))
         summary["clock"] = self.clock.describe()
+        summary["gpu_peak_bytes"] = gpu_peak_bytes
         schedule = "\n".join(self.schedule.lines()) + "\n"
         summary["reproducibility"] = reproducibility(
             policy.state_digest(), self.cfg, devices,

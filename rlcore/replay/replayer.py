@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from rlcore.config import ConfigError, RunConfig
-from rlcore.policy.device import resolve_device
+from rlcore.policy.device import peak_gpu_bytes, resolve_device
 from rlcore.policy.hf_policy import HFPolicy, state_digest
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -387,7 +387,9 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
             waits={"trainer_data_s": 0.0, "trainer_ratio_s": 0.0, "rollout_throttle_s": 0.0,
                    "rollout_ratio_s": 0.0},
             placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
-            devices={"rollout": device, "trainer": device}, replay=info)
+            devices={"rollout": device, "trainer": device},
+            gpu_peak_bytes=dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(replay.device)),
+            replay=info)
     finally:
         if replay is not None:
             replay.rewards.close()

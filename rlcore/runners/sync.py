@@ -16,7 +16,7 @@ import torch
 from rlcore.clock import Clock, clock_for
 from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
-from rlcore.policy.device import set_threads
+from rlcore.policy.device import peak_gpu_bytes, set_threads
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -109,4 +109,5 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         waits={"trainer_data_s": waiting_for_data, "trainer_ratio_s": 0.0,
                "rollout_throttle_s": 0.0, "rollout_ratio_s": 0.0},
         placement={"cpus": {}, "unpinned_reason": "sync runs both roles in one thread"},
-        devices={"rollout": device, "trainer": device})
+        devices={"rollout": device, "trainer": device},
+        gpu_peak_bytes=dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(policy.device)))

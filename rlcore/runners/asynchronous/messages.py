@@ -166,3 +166,4 @@ class Stopped:
     tokens_kv_kept: int = 0  # response tokens whose KV cache keep_kv kept, not re-prefilled
     tokens_abandoned: int = 0  # partial generations cut off by the end of the run
     cpu_s: float = 0.0  # CPU its own process used since the start (0 for a thread)
+    gpu_peak_bytes: int | None = None  # its process's allocator peak on its device (policy.device)

@@ -20,6 +20,7 @@ import queue
 from collections import deque
 
 from rlcore.clock.work import Weights
+from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import ChunkedSampler, Draws
 from rlcore.record.schedule import GenerationRecord
@@ -144,7 +145,8 @@ def rollout_main(ctx: RolloutContext) -> None:
         ctx.inbox.put(out)
     ctx.inbox.put(Stopped(ctx.name, tokens_sampled=sampled, tokens_reprefilled=reprefilled,
                           tokens_kv_kept=kv_kept, tokens_abandoned=abandoned,
-                          cpu_s=ctx.own_cpu_s() - cpu0))
+                          cpu_s=ctx.own_cpu_s() - cpu0,
+                          gpu_peak_bytes=peak_gpu_bytes(policy.device)))
 
 
 def _unfinished_tokens(sampler: ChunkedSampler, rows: list[int]) -> int:

@@ -196,6 +196,17 @@ class Runtime:
         self.v.end_all(self)
 
 
+def role_peaks(stopped: dict[str, Stopped]) -> dict[str, int | None]:
+    """Each role's largest GPU allocator peak over its workers (`rollout0`, `rollout1`, ...);
+    None where no worker of the role ran on CUDA."""
+    out: dict[str, int | None] = {}
+    for role in ("rollout", "trainer"):
+        peaks = [s.gpu_peak_bytes for name, s in stopped.items()
+                 if name.rstrip("0123456789") == role and s.gpu_peak_bytes is not None]
+        out[role] = max(peaks) if peaks else None
+    return out
+
+
 def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
               ) -> dict[str, Any]:
     """Run the asynchronous pipeline on `vehicle`; returns the summary."""
@@ -225,7 +236,8 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
             policy, wall_s=wall_s, cold_start_s=cold_start_s, waits=dict(controller.waits),
             placement={"cpus": {name: list(cpus) for name, cpus in runtime.cpus.items()},
                        "unpinned_reason": runtime.unpinned_reason},
-            devices={role: str(d) for role, d in runtime.devices.items()})
+            devices={role: str(d) for role, d in runtime.devices.items()},
+            gpu_peak_bytes=role_peaks(runtime.stopped))
     finally:
         runtime.shutdown()
         if controller is not None:  # a failed run leaves no code evaluation queued

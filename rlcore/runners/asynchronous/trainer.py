@@ -23,6 +23,7 @@ import math
 import queue
 
 from rlcore.clock.work import Weights
+from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.record.schedule import TrainerOp
 from rlcore.runners.asynchronous.contexts import TrainerContext
@@ -135,7 +136,8 @@ def trainer_main(ctx: TrainerContext) -> None:
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
     trainer.run()
-    ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0))
+    ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0,
+                          gpu_peak_bytes=peak_gpu_bytes(trainer.policy.device)))
 
 
 def _wait_ack(ctx: TrainerContext) -> CommitAck | None:
