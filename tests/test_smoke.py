@@ -95,6 +95,7 @@ def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
     assert list(result["modes"]) == ["sync", "async", "areal"]
     slots = result["state"]["areal_weight_slots_bytes"]
     assert slots == 2 * result["state"]["fp32_bytes"] > 0
+    assert result["one_copy_device"] == "cpu" and result["one_copy_s"] > 0
     for mode, m in result["modes"].items():
         config = json.loads((out / mode / "config.json").read_text())["config"]
         assert config["model"]["prompt_format"] == "chat" and config["mode"] == mode

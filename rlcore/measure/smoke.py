@@ -76,14 +76,16 @@ def _process_peaks(watch: TreeWatch, run_dir: Path) -> list[dict[str, Any]]:
             for p in sorted(watch.processes.values(), key=lambda p: p.pid)]
 
 
-def one_copy_s(spec: Sequence[tuple[str, tuple[int, ...], Any]], reps: int = 5) -> float:
-    """Best-of-reps seconds of one in-memory copy of a state with these shapes and dtypes."""
+def one_copy_s(spec: Sequence[tuple[str, tuple[int, ...], Any]], device: str = "cpu",
+               reps: int = 5) -> float:
+    """Best-of-reps seconds of one copy of a state with these shapes and dtypes from host
+    memory onto `device`: what a rollout worker's reload from the weight slots must do."""
     import torch
 
     from rlcore.measure.bench import copy_best_s
 
     src = [torch.zeros(shape, dtype=dtype) for _, shape, dtype in spec]
-    dst = [torch.empty_like(t) for t in src]
+    dst = [torch.empty_like(t, device=device) for t in src]
     return copy_best_s(dst, src, reps)
 
 
@@ -201,6 +203,7 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
     """Run and score each mode, then (compare_generate) time rollout sampling against HF
     `generate`; smoke.json is rewritten after each step, so a failure keeps what the steps
     before it measured."""
+    from rlcore.policy.device import resolve_device
     from rlcore.runners.asynchronous.weight_slots import spec_bytes, trainable_spec
 
     base = load_config(config, overrides)  # a bad config or override fails here, at once
@@ -210,6 +213,7 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
             for mode in {*modes, "sync"}}
     resolved = {mode: load_config(config, s) for mode, s in sets.items()}  # all, up front
     spec = trainable_spec(model)
+    rollout_device = str(resolve_device(resolved["sync"].model.rollout_device, "rollout"))
     state_bytes = spec_bytes(spec)
     result: dict[str, Any] = {
         "config": config, "model": model,
@@ -220,7 +224,8 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
                      base.runtime.threads_per_role},
         "state": {"tensors": len(spec), "fp32_bytes": state_bytes,
                   "areal_weight_slots_bytes": state_bytes * (base.runtime.trainer_workers + 1)},
-        "one_copy_s": one_copy_s(spec),
+        "one_copy_device": rollout_device,
+        "one_copy_s": one_copy_s(spec, rollout_device),
         "modes": {},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +273,8 @@ def table(result: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in rows]
-    lines.append(f"one in-memory copy of the state ({_size(result['state']['fp32_bytes'])}): "
+    lines.append(f"one copy of the state ({_size(result['state']['fp32_bytes'])}) from host "
+                 f"memory to {result['one_copy_device']}: "
                  f"{result['one_copy_s'] * 1000:.3g} ms; peak RSS per process:")
     for mode, m in result["modes"].items():
         lines.append(f"  {mode}: " + ", ".join(f"{p['process']} {_size(p['peak_rss_bytes'])}"
