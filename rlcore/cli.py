@@ -156,30 +156,16 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from rlcore.plan.lengths import empirical, fitted, geometric
-    from rlcore.plan.planner import plan, sweep_values, table, workload
+    from rlcore.plan.lengths import chosen
+    from rlcore.plan.planner import plan_sweep, sweep_values, table
 
     base = [*args.set, *([f"runtime.hardware={args.hardware}"] if args.hardware else [])]
     key, values = sweep_values(args.sweep) if args.sweep else ("mode", [None])
     cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))
             for v in values]
-    max_new = cfgs[0].rollout.max_new_tokens
-    if (args.fit or args.as_recorded) and not args.lengths:
-        raise ConfigError("--fit and --as-recorded read a run's lengths: give --lengths RUN_DIR")
-    lengths = (fitted(args.lengths, max_new) if args.fit else
-               empirical(args.lengths, as_recorded=args.as_recorded)) \
-        if args.lengths else geometric(args.mean_tokens, max_new, "given: geometric, mean "
-                                       f"{args.mean_tokens:g} tokens") \
-        if args.mean_tokens else None
-    works: dict[str, Any] = {}
-    plans = []
-    for cfg, value in zip(cfgs, values, strict=True):
-        # the prompts and the model are read once unless the sweep changes them
-        k = repr((cfg.task, cfg.model, cfg.rollout.max_new_tokens))
-        if k not in works:
-            works[k] = workload(cfg, lengths)
-        plans.append({key: value if value is not None else cfg.mode,
-                      **plan(cfg, works[k])})
+    lengths = chosen(args.lengths, cfgs[0].rollout.max_new_tokens, fit=args.fit,
+                     as_recorded=args.as_recorded, mean_tokens=args.mean_tokens)
+    plans = plan_sweep(cfgs, key, list(values), lengths)
     first = plans[0]
     print(f"{args.config} on {first['hardware']}, {cfgs[0].train.updates} updates; "
           f"response lengths {first['lengths']}")

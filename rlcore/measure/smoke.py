@@ -4,10 +4,10 @@ mode, with what each mode costs.
 Each mode runs as its own `rlcore run` process (so one mode's memory never counts in
 another's), then `rlcore eval` scores its final policy, watched from outside by
 `memory_watch.TreeWatch`. Recorded per mode: seconds per update, generated tokens/s, weight
-sync per version against one in-memory copy of the same state, the peak resident set of
-every process, the peak use of /dev/shm, and on a GPU each role's allocator peak. `make
-paper-smoke` runs config/paper.yaml on a randomly initialised Qwen2.5-0.5B-size stand-in
-(`rlcore.policy.stand_in`) on CPU.
+sync per version against one copy of the same state onto the rollout device, the peak
+resident set of every process, the peak use of /dev/shm, and on a GPU each role's allocator
+peak. `make paper-smoke` runs config/paper.yaml on a randomly initialised Qwen2.5-0.5B-size
+stand-in (`rlcore.policy.stand_in`) on CPU.
 """
 
 from __future__ import annotations

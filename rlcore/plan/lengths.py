@@ -134,6 +134,21 @@ def empirical(run_dir: str | Path, *, as_recorded: bool = False) -> Lengths:
                    tuple(float(counts[k]) for k in keys), recorded if as_recorded else {})
 
 
+def chosen(run_dir: str | Path | None, max_new_tokens: int, *, fit: bool, as_recorded: bool,
+           mean_tokens: float | None) -> Lengths | None:
+    """`rlcore plan`'s length options: a run's lengths (fitted, as recorded, or empirical),
+    else a geometric of `mean_tokens`, else None (the config's own default)."""
+    if (fit or as_recorded) and run_dir is None:
+        raise ConfigError("--fit and --as-recorded read a run's lengths: give --lengths RUN_DIR")
+    if run_dir is not None:
+        return fitted(run_dir, max_new_tokens) if fit else \
+            empirical(run_dir, as_recorded=as_recorded)
+    if mean_tokens:
+        return geometric(mean_tokens, max_new_tokens,
+                         f"given: geometric, mean {mean_tokens:g} tokens")
+    return None
+
+
 def fitted(run_dir: str | Path, max_new_tokens: int) -> Lengths:
     """A geometric distribution with the mean response length of a finished run."""
     pairs = list(_run_lengths(Path(run_dir)).values())

@@ -164,6 +164,20 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
             "plan_s": time.perf_counter() - t0}
 
 
+def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
+               lengths: Lengths | None) -> list[dict[str, Any]]:
+    """One plan per config of a sweep, labelled `key`: the value (the mode without a sweep);
+    the prompts and the model are read once unless the sweep changes them."""
+    works: dict[str, Workload] = {}
+    plans = []
+    for cfg, value in zip(cfgs, values, strict=True):
+        k = repr((cfg.task, cfg.model, cfg.rollout.max_new_tokens))
+        if k not in works:
+            works[k] = workload(cfg, lengths)
+        plans.append({key: value if value is not None else cfg.mode, **plan(cfg, works[k])})
+    return plans
+
+
 def sweep_values(spec: str) -> tuple[str, list[str]]:
     """`key=v1,v2,...` -> (key, values)."""
     key, sep, values = spec.partition("=")
