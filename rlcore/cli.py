@@ -45,9 +45,7 @@ def _run(args: argparse.Namespace) -> int:
         from rlcore.evaluation import EVAL_SEED, evaluate_run
 
         result, out = evaluate_run(Path(args.out), "final", seed=EVAL_SEED)
-        print(f"final policy on {result['tasks']} held-out tasks: greedy pass "
-              f"{result['greedy_pass_rate']:.3f}, sampled pass "
-              f"{result['sampled_pass_rate']:.3f} -> {out}")
+        print(eval_line(Path(args.out), "final", result, out))
     return 0
 
 
@@ -75,8 +73,7 @@ def _replay(args: argparse.Namespace) -> int:
         from rlcore.evaluation import EVAL_SEED, evaluate_run
 
         result, out = evaluate_run(Path(args.out), "final", seed=EVAL_SEED)
-        print(f"final policy on {result['tasks']} held-out tasks: greedy pass "
-              f"{result['greedy_pass_rate']:.3f} -> {out}")
+        print(eval_line(Path(args.out), "final", result, out))
     return 0
 
 
@@ -97,10 +94,21 @@ def _eval(args: argparse.Namespace) -> int:
 
     seed = EVAL_SEED if args.seed is None else args.seed
     result, out = evaluate_run(Path(args.run_dir), args.policy, seed=seed)
-    print(f"{args.policy} policy on {result['tasks']} held-out tasks: greedy pass "
-          f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f} "
-          f"-> {out}")
+    print(eval_line(Path(args.run_dir), args.policy, result, out))
     return 0
+
+
+def eval_line(run_dir: Path, policy: str, result: dict[str, Any], out: Path) -> str:
+    """What an evaluation prints: pass rates, and for a final policy the run's state digest
+    and the kernels it computed with, so two runs' lines say whether their weights agree."""
+    line = (f"{policy} policy on {result['tasks']} held-out tasks: greedy pass "
+            f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f}")
+    if policy == "final":
+        rep = json.loads((run_dir / "summary.json").read_text())["reproducibility"]
+        env = rep["environment"]  # runs before runtime.kernels recorded none
+        line += (f" | state {rep['state_digest'][:19]} on {env.get('kernels', 'unrecorded')} "
+                 f"kernels ({env.get('cpu_capability', '?')})")
+    return f"{line} -> {out}"
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -21,3 +21,8 @@ class WorkerFailed(RuntimeError):
 class HarnessFailed(RuntimeError):
     """The reward harness itself raised more often than `reward.max_harness_errors` allows;
     the message names the sample and the exception."""
+
+
+class KernelsError(ConfigError):
+    """The CPU kernels a config asks for are not those in force in this process and can no
+    longer be made so (`rlcore/kernels.py`); the message says how to start it instead."""

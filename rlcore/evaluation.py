@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config import ConfigError, RunConfig, config_from_dict
-from rlcore.policy.device import set_threads
+from rlcore.kernels import pin
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.record.live_metrics import TB_DIR, LiveMetrics, eval_scalars
@@ -87,7 +87,7 @@ def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
                               "false); rerun with runtime.save_policy: true")
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
                                                                  path=str(run_dir / "policy")))
-    set_threads(cfg)
+    pin(cfg)
     model = HFPolicy(cfg.model, cfg.train, role="rollout")
     heldout = load_suite(cfg.task).split("heldout")[: cfg.eval.heldout_tasks]
     result: dict[str, Any] = {"policy": policy, "model_path": cfg.model.path,

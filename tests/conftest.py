@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig, config_from_dict
+from rlcore.kernels import pin
 from rlcore.policy.tiny import build_base
+
+# Before any test computes: the session runs on the kernels a run pins by default, so that
+# numbers compared across tests (and against tests/golden/) are those of any x86-64 host.
+pin(config_from_dict({}))
 
 # Small and quick: enough steps to produce answers of the right shape, not to be good.
 FAST_BASE = {"warm_start_steps": 60, "warm_start_label_noise": 0.5}

@@ -13,6 +13,7 @@ LAYERS = (
     "rlcore.errors",
     "rlcore.code_digest",
     "rlcore.config",
+    "rlcore.kernels",
     "rlcore.clock",
     "rlcore.algo",
     "rlcore.tasks",

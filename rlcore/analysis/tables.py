@@ -118,7 +118,32 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "tokens_wasted": t["stale_dropped"] + t["interrupted"],
         "wasted_frac": (t["stale_dropped"] + t["interrupted"]) / t["generated"]
         if t["generated"] else 0.0,
+        **provenance(s),
     }
+
+
+# What decided a run's last bits besides its config (docs/reproducibility.md), by column.
+PROVENANCE = ("kernels", "cpu_capability", "mkl_cbwr", "threads_per_role", "cpu",
+              "state_digest")
+
+
+def provenance(summary: dict[str, Any]) -> dict[str, Any]:
+    """The CPU, kernels and threads a run computed with, and its final state's digest (None
+    where a run recorded none: runs from before `runtime.kernels`)."""
+    rep = summary["reproducibility"]
+    return {**{k: rep["environment"].get(k) for k in PROVENANCE[:-1]},
+            "state_digest": rep["state_digest"]}
+
+
+def environment_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per run: its grid point, then PROVENANCE (the digest shortened): two runs
+    whose digests differ under the same config and kernels computed differently."""
+    head = [*GROUP, "seed", *PROVENANCE]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [str(r[k]) for k in (*GROUP, "seed", *PROVENANCE[:-1])]
+        lines.append("| " + " | ".join([*cells, f"`{r['state_digest'][7:19]}`"]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def load_runs(root: str | Path) -> list[dict[str, Any]]:

@@ -269,6 +269,13 @@ class RuntimeConfig:
     threads_per_role: int = _f(
         1, "torch CPU threads for each role (rollout, trainer); matched across modes.", minimum=1
     )
+    kernels: Literal["portable", "native"] = _f(
+        "portable",
+        "CPU kernels: portable pins torch's own to AVX2, MKL to its COMPATIBLE reproducibility "
+        "branch and oneDNN to AVX2, so that a CPU run gives the same bits on any x86-64 CPU "
+        "with AVX2, Intel or AMD; native lets each library pick the fastest code for this "
+        "CPU, whose numbers then differ between CPU models (docs/reproducibility.md).",
+    )
     progress_every: int = _f(
         10, "Print a progress line every this many updates; 0 silences it.", minimum=0
     )
@@ -324,6 +331,10 @@ class BaseModelConfig:
         minimum=0, maximum=0.95,
     )
     seed: int = _f(0, "Seed of the initial weights and of the warm-start order.", minimum=0)
+    threads: int = _f(
+        2, "torch CPU threads of the warm start: fixed rather than the host's core count, "
+        "since a parallel reduction's order follows the thread count.", minimum=1,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

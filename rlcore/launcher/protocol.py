@@ -47,7 +47,8 @@ MAX_SOCKET_PATH = 100
 # Environment variables read while the server starts (by the interpreter, by the libraries
 # when they are loaded, or at import time) rather than when a job runs: a server serves only
 # clients whose values of these equal its own.
-STARTUP_VARS = ("PYTHON", "LD_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "BLIS_",
+STARTUP_VARS = ("PYTHON", "LD_", "OMP_", "KMP_", "GOMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_",
+                "OPENBLAS_", "BLIS_",
                 "NUMEXPR_", "NPY_", "MALLOC_", "TORCH", "PYTORCH_", "CUDA_", "CUBLAS_",
                 "NVIDIA_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_")
 

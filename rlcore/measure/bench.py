@@ -29,7 +29,7 @@ from rlcore.algo.advantages import compute_advantages
 from rlcore.clock import WALL
 from rlcore.config import MODES, RunConfig
 from rlcore.config.run import Mode
-from rlcore.policy.device import set_threads
+from rlcore.kernels import pin
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
 from rlcore.policy.stand_in import QWEN25_05B
@@ -44,7 +44,7 @@ from rlcore.tasks.suites import Task
 def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
     """Mean milliseconds of one bare sample-reward-update step (after one warm-up step)."""
     tasks = preflight(cfg)
-    set_threads(cfg)
+    pin(cfg)
     policy = HFPolicy(cfg.model, cfg.train, role="trainer")
     stream = PromptStream(tasks, cfg.seed)
     ro = cfg.rollout
@@ -193,7 +193,7 @@ def qwen05b_sized_model() -> torch.nn.Module:
 def bench(cfg: RunConfig, updates: int, repeats: int, floor_steps: int,
           qwen_weight_sync: bool) -> dict[str, Any]:
     """All figures of `rlcore bench` as one JSON-ready dict."""
-    set_threads(cfg)
+    pin(cfg)
     floor = bare_reinforce_ms(cfg, floor_steps)
     out: dict[str, Any] = {"config": {"model": cfg.model.path, "updates": updates,
                                       "update_batch_size": cfg.train.update_batch_size,

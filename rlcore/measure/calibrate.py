@@ -28,6 +28,7 @@ from rlcore.clock.profile import (
     TokenCost,
 )
 from rlcore.config import RunConfig
+from rlcore.kernels import pin
 from rlcore.measure.sharing import concurrent_slowdown, decode_work, gil_share, update_work
 from rlcore.measure.timings import (
     Fit,
@@ -38,13 +39,13 @@ from rlcore.measure.timings import (
     time_updates,
     time_weights,
 )
-from rlcore.policy.device import resolve_device, set_threads
+from rlcore.policy.device import resolve_device
 
 
 def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile, str]:
     """Time every term on this machine for `cfg`'s model and devices; returns the profile
     and a report of each term's fit."""
-    set_threads(cfg)
+    pin(cfg)
     decode, prefill = time_sampling(cfg, reps)
     update = time_updates(cfg, reps)
     write, read = time_weights(cfg, reps)

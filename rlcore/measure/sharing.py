@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rlcore.config import RunConfig, config_from_dict
+from rlcore.kernels import pin
 from rlcore.measure.timings import CHUNK, STEPS, random_batch, random_ids
-from rlcore.policy.device import set_threads
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 
@@ -72,7 +72,7 @@ def _hog(cfg_data: dict[str, Any], kind: str, core: int, stop: Any, ready: Any) 
     """A process on `core` repeating decode or update work until `stop` is set."""
     os.sched_setaffinity(0, {core})
     cfg = config_from_dict(cfg_data)
-    set_threads(cfg)
+    pin(cfg)
     work = decode_work(cfg) if kind == "decode" else update_work(cfg)
     work()
     ready.set()

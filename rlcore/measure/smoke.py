@@ -97,13 +97,13 @@ def generate_comparison(cfg: RunConfig, reps: int = 3) -> dict[str, Any]:
     import torch
     from transformers import GenerationConfig
 
-    from rlcore.policy.device import set_threads
+    from rlcore.kernels import pin
     from rlcore.policy.hf_policy import HFPolicy
     from rlcore.policy.sampler import Draws
     from rlcore.runners.common import preflight
     from rlcore.tasks.prompts import PromptStream
 
-    set_threads(cfg)
+    pin(cfg)
     policy = HFPolicy(cfg.model, cfg.train, role="rollout")
     ro = cfg.rollout
     groups = cfg.train.update_batch_size // ro.group_size

@@ -1,10 +1,10 @@
-"""Where a role runs and how many CPU threads it gets: the same rules in every mode."""
+"""Where a role runs: the same rules in every mode (its kernels and threads: rlcore.kernels)."""
 
 from __future__ import annotations
 
 import torch
 
-from rlcore.config import ConfigError, RunConfig
+from rlcore.config import ConfigError
 
 
 def resolve_device(spec: str, role: str) -> torch.device:
@@ -31,8 +31,3 @@ def peak_gpu_bytes(device: torch.device) -> int | None:
     """Peak bytes torch's CUDA allocator has held on `device` in this process; None off CUDA
     (threads of one process share the figure)."""
     return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
-
-
-def set_threads(cfg: RunConfig) -> None:
-    """The per-role CPU thread budget, the same in every mode so that modes are matched."""
-    torch.set_num_threads(cfg.runtime.threads_per_role)

@@ -10,7 +10,6 @@ has something to improve.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import string
@@ -23,6 +22,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from rlcore.config import BaseModelConfig, RunConfig
+from rlcore.kernels import pin
 from rlcore.tasks.chain import is_chain, slip
 from rlcore.tasks.suites import Task, load_suite
 
@@ -136,10 +136,8 @@ def build_base(out_dir: str | Path, cfg: RunConfig, force: bool = False) -> dict
         raise FileExistsError(f"'{out}' exists and is not an rlcore base model directory; "
                               "choose another directory or remove it")
     start = time.perf_counter()
-    # Every core this process may use, whatever OMP_NUM_THREADS a scheduler set: the build runs
-    # before anything else in the pipeline, and its weights came out bit-identical at 1 and 2
-    # threads here (40 % faster at 2).
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    # base.threads, not the host's core count: the weights are then the same on every host.
+    pin(cfg, threads=cfg.base.threads)
     tokenizer = build_char_tokenizer()
     model = build_model(cfg.base, tokenizer)
     train = load_suite(cfg.task).split("train")

@@ -325,7 +325,7 @@ class RunLedger:
         base_info = Path(cfg.model.path) / "rlcore_base.json"
         config_json = {
             "config": cfg.to_dict(),
-            "environment": environment_info(),
+            "environment": environment_info(cfg.runtime.kernels),
             "base_model": json.loads(base_info.read_text()) if base_info.is_file() else None,
             "devices": devices,
             "clock": summary["clock"],

@@ -25,6 +25,7 @@ from typing import Any
 import jsonschema
 
 from rlcore.errors import RunExistsError
+from rlcore.kernels import cpu, in_force
 
 SUMMARY_SCHEMA = Path(__file__).parent / "schemas" / "summary.schema.json"
 STREAMS = ("updates", "events")  # samples are held in memory and written by finalize
@@ -59,8 +60,9 @@ def validate_summary(summary: dict[str, Any]) -> None:
     jsonschema.validate(summary, json.loads(SUMMARY_SCHEMA.read_text()))
 
 
-def environment_info() -> dict[str, Any]:
-    """Package versions, git commit and machine facts recorded beside the resolved config."""
+def environment_info(kernels: str) -> dict[str, Any]:
+    """Package versions, git commit and machine facts recorded beside the resolved config:
+    the CPU, and the kernels and threads this process computed with (`runtime.kernels`)."""
     versions: dict[str, str | None] = {}
     for pkg in ("rlcore", "torch", "transformers", "tokenizers", "numpy"):
         try:
@@ -82,6 +84,8 @@ def environment_info() -> dict[str, Any]:
         "git_commit": commit,
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "cpu": cpu(),
+        "kernels": {"setting": kernels, **in_force()},
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
     }
 

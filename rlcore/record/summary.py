@@ -12,6 +12,7 @@ from typing import Any
 
 from rlcore.algo import metrics
 from rlcore.config import RunConfig
+from rlcore.kernels import cpu_name, in_force
 
 SAMPLE_STATUSES = ("accepted", "dropped_stale", "dropped_interrupted")
 
@@ -142,9 +143,10 @@ def reproducibility(state_digest: str, cfg: RunConfig, devices: dict[str, str], 
                     schedule_digest: str, replay: dict[str, Any] | None) -> dict[str, Any]:
     """The final trainable state's digest, the schedule's, and what bit-exact reproduction
     depends on: the torch build, the threads each role computes with, the devices, the
-    determinism flags; for a replay, what it replayed."""
+    determinism flags, the CPU and its kernels; for a replay, what it replayed."""
     import torch  # local: this module is read by analysis-only code too
 
+    kernels = in_force()
     return {
         "state_digest": state_digest,
         "schedule_digest": schedule_digest,
@@ -152,6 +154,10 @@ def reproducibility(state_digest: str, cfg: RunConfig, devices: dict[str, str], 
         "environment": {
             "torch": torch.__version__,
             "threads_per_role": cfg.runtime.threads_per_role,
+            "kernels": cfg.runtime.kernels,
+            "cpu_capability": kernels["torch_cpu_capability"],
+            "mkl_cbwr": kernels["mkl_cbwr"],
+            "cpu": cpu_name(),
             "devices": devices,
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),

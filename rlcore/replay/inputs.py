@@ -79,9 +79,11 @@ def _plain(value: Any) -> Any:
 
 
 def environment_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
-    """What differs between the recorded environment and this one, in words."""
+    """What differs between the recorded environment and this one, in words (a key missing
+    on either side is not compared: the CPU matters under native kernels only)."""
     return [f"{key} was {recorded[key]!r}, here it is {here[key]!r}"
-            for key in ("torch", "threads_per_role", "devices") if recorded[key] != here[key]]
+            for key in ("torch", "threads_per_role", "cpu", "devices")
+            if key in recorded and key in here and recorded[key] != here[key]]
 
 
 def read_original(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | tuple

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from rlcore.config import ConfigError, RunConfig
+from rlcore.kernels import cpu_name, pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device
 from rlcore.policy.hf_policy import HFPolicy, state_digest
 from rlcore.policy.sampler import Draws
@@ -343,6 +344,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
     cfg = original.replay_config(threads)
     verify = original.is_verification(cfg)
     here = {"torch": torch.__version__, "threads_per_role": cfg.runtime.threads_per_role,
+            **({"cpu": cpu_name()} if cfg.runtime.kernels == "native" else {}),
             "devices": {r: str(resolve_device(cfg.model.trainer_device, "trainer"))
                         for r in original.environment["devices"]}}
     differences = environment_differences(original.environment, here)
@@ -352,7 +354,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
         raise ConfigError("a verification needs the run's environment for bit-exactness, and "
                           f"it differs ({'; '.join(differences)}); pass --tolerance T to "
                           "report the largest divergence instead of failing")
-    torch.set_num_threads(cfg.runtime.threads_per_role)
+    pin(cfg)
     torch.manual_seed(cfg.seed)
     ledger = RunLedger(cfg, out_dir, force=force)
     replay = None

@@ -24,6 +24,7 @@ import torch
 
 from rlcore.config import RunConfig
 from rlcore.errors import ReplayError
+from rlcore.kernels import pin
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.record.schedule import Schedule, TrainerOp
 from rlcore.runners.asynchronous.health import die_with_parent
@@ -88,7 +89,7 @@ def trainer_main(cfg: RunConfig, trainers: list[int], device: str, load_uses: di
                  steps: Any, results: Any) -> None:
     """Process entry: build one policy per trainer, then run steps until None."""
     die_with_parent(os.getppid(), main_pid=_parent_pid())
-    torch.set_num_threads(cfg.runtime.threads_per_role)
+    pin(cfg)
     try:
         policies = {t: HFPolicy(cfg.model, cfg.train, role="trainer",
                                 device=torch.device(device)) for t in trainers}

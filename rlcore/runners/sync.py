@@ -16,7 +16,8 @@ import torch
 from rlcore.clock import Clock, clock_for
 from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
-from rlcore.policy.device import peak_gpu_bytes, set_threads
+from rlcore.kernels import pin
+from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -45,7 +46,7 @@ def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict
 
 def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: RewardPool,
          clock: Clock) -> dict[str, Any]:
-    set_threads(cfg)
+    pin(cfg)
     torch.manual_seed(cfg.seed)
     t_load = clock.now()
     # One process holds both roles, so it uses the trainer's device (the paper's sync_train).

@@ -21,6 +21,12 @@ rule tables:
             caption="../../reports/quality_vs_k_table.rst",
             category="Tables",
         ),
+        environment_csv=f"{R}/tables/environment.csv",
+        environment_md=report(
+            f"{R}/tables/environment.md",
+            caption="../../reports/environment.rst",
+            category="Tables",
+        ),
     log:
         f"{R}/logs/tables.log",
     conda:

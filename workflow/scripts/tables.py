@@ -3,12 +3,16 @@
 from pathlib import Path
 
 from rlcore.analysis.tables import (
+    GROUP,
     K_SWEEP,
+    PROVENANCE,
     TABLE1,
+    environment_markdown,
     k_sweep,
     logged,
     quality_vs_k,
     quality_vs_k_markdown,
+    row_order,
     run_row,
     table1,
     to_markdown,
@@ -24,6 +28,10 @@ def main(smk):
     ):
         write_csv(csv_out, table)
         Path(md_out).write_text(to_markdown(table, metrics))
+    rows.sort(key=lambda r: (*row_order([r[k] for k in GROUP]), r["seed"]))
+    write_csv(smk.output.environment_csv,
+              [{k: r[k] for k in (*GROUP, "seed", *PROVENANCE)} for r in rows])
+    Path(smk.output.environment_md).write_text(environment_markdown(rows))
     by_k = quality_vs_k(rows, **smk.params.k_axis)
     write_csv(smk.output.quality_vs_k_csv, by_k)
     Path(smk.output.quality_vs_k_md).write_text(quality_vs_k_markdown(by_k))

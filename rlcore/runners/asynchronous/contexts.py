@@ -33,10 +33,6 @@ class WorkerContext:
     cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
     own_process: bool = False  # a process of its own, whose CPU time the main one does not see
 
-    @property
-    def threads(self) -> int:
-        return self.cfg.runtime.threads_per_role
-
     def pid(self) -> int:
         return os.getpid()
 

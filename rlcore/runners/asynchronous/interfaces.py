@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from rlcore.clock import Clock
+from rlcore.config import RunConfig
 
 
 class Queue(Protocol):
@@ -72,8 +73,8 @@ class Launch(Protocol):
     cpus: tuple[int, ...] | None  # cores to pin the role to (None: not pinned)
 
     @property
-    def threads(self) -> int:
-        """torch's CPU threads for the role."""
+    def cfg(self) -> RunConfig:
+        """The run's config: the role's process pins its kernels and threads from it."""
         ...
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from rlcore.config import RunConfig
-from rlcore.policy.device import resolve_device, set_threads
+from rlcore.kernels import pin
+from rlcore.policy.device import resolve_device
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.record.ledger import RunLedger
 from rlcore.runners.asynchronous.contexts import (
@@ -211,7 +212,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
               ) -> dict[str, Any]:
     """Run the asynchronous pipeline on `vehicle`; returns the summary."""
     tasks = preflight(cfg)
-    set_threads(cfg)
+    pin(cfg)
     # Built before the run directory is opened: a bad device or model config fails here.
     runtime = Runtime(cfg, vehicle)
     ledger = RunLedger(cfg, out_dir, force=force, clock=vehicle.clock)

@@ -26,6 +26,7 @@ import torch.multiprocessing  # noqa: F401 - registers the reductions that share
 
 from rlcore.clock import WALL, Clock
 from rlcore.clock.virtual import MAIN, Cancelled, VirtualClock, VirtualFlag, VirtualQueue
+from rlcore.kernels import pin
 from rlcore.runners.asynchronous import forkserver
 from rlcore.runners.asynchronous.health import die_with_parent
 from rlcore.runners.asynchronous.interfaces import (
@@ -62,7 +63,7 @@ def _process_entry(fn: Callable[[L], None], ctx: L) -> None:
     die_with_parent(os.getppid(), main_pid=_parent_pid())
     if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
         os.sched_setaffinity(0, ctx.cpus)
-    torch.set_num_threads(ctx.threads)
+    pin(ctx.cfg)
     if not _run_role(fn, ctx):
         sys.exit(1)
 

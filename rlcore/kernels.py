@@ -1,0 +1,155 @@
+"""The CPU kernels and thread counts that decide a run's last bits, pinned before torch
+computes anything (`runtime.kernels`, docs/reproducibility.md).
+
+Torch picks its own vectorised kernels (ATen), MKL's GEMM and oneDNN's primitives for the
+CPU it finds, and each rounds differently: on an AVX-512 host a run and its twin on an AVX2
+host differ from the first log-probability, and over a run the difference flips sampled
+tokens. `portable` fixes every choice to one that all x86-64 CPUs since about 2013 share:
+
+- ATen's kernels at AVX2 (`ATEN_CPU_CAPABILITY`, read at torch's first dispatch);
+- MKL in its conditional-numerical-reproducibility mode on the COMPATIBLE branch
+  (`MKL_CBWR`, read at MKL's first call). MKL's AVX2 branch is honoured on Intel CPUs only
+  (elsewhere MKL silently takes AUTO), so COMPATIBLE (SSE2) is the one branch that gives
+  Intel and AMD the same bits; CNR also fixes MKL's cache blocking and reduction order;
+- oneDNN's ISA at AVX2 (`ONEDNN_MAX_CPU_ISA`), for whatever model or op reaches it;
+- a fixed torch thread count per process (parallel reductions split by thread count).
+
+`native` leaves each library to pick the fastest code for this CPU: faster on big models,
+but a run's numbers are then a function of the CPU model as well as of the config.
+
+Both settings are read once per process, at first use, so `pin` runs in each process that
+computes (the CLI, every worker and the warm launcher's jobs) before it computes, and
+checks what is in force afterwards: a process that computed before it was pinned fails
+with a message instead of running with other kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from rlcore.config import ConfigError, RunConfig
+from rlcore.errors import KernelsError
+
+# Set for `portable` in this process's environment, so that children inherit them too.
+PORTABLE_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+PORTABLE_CAPABILITY = "AVX2"  # torch.backends.cpu.get_cpu_capability() under portable
+PORTABLE_MKL_BRANCH = "COMPATIBLE"
+X86_64 = ("x86_64", "amd64")
+# MKL's branch codes (mkl_cbwr.h), as mkl_cbwr_get(MKL_CBWR_BRANCH) returns them.
+MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
+                8: "SSE4_2", 9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512",
+                13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+MKL_CBWR_BRANCH = 1
+# The /proc/cpuinfo flags that decide which kernels a library may pick.
+CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16",
+             "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def pin(cfg: RunConfig, threads: int | None = None) -> dict[str, Any]:
+    """Pin this process's CPU kernels to `cfg.runtime.kernels` and torch's threads to
+    `threads` (default `runtime.threads_per_role`); returns what is in force."""
+    level = cfg.runtime.kernels
+    if level == "portable":
+        if platform.machine().lower() not in X86_64:
+            raise ConfigError(
+                f"runtime.kernels is 'portable', which pins x86-64 kernels, but this machine is "
+                f"{platform.machine()}: set runtime.kernels: native (its numbers are then this "
+                "machine's own, docs/reproducibility.md)")
+        os.environ.update(PORTABLE_ENV)
+    import torch  # here: the environment above must be set before torch first computes
+
+    torch.set_num_threads(threads if threads is not None else cfg.runtime.threads_per_role)
+    now = in_force()
+    if level == "portable":
+        _check_portable(now)
+    return now
+
+
+def _check_portable(now: dict[str, Any]) -> None:
+    if now["torch_cpu_capability"] != PORTABLE_CAPABILITY:
+        lacks = [f for f in ("avx2", "fma") if f not in cpu()["flags"]]
+        why = (f"this CPU lacks {', '.join(lacks)}" if lacks else
+               "torch computed in this process before rlcore pinned its kernels")
+        raise KernelsError(
+            f"runtime.kernels is 'portable' but torch's CPU kernels here are "
+            f"{now['torch_cpu_capability']}, not {PORTABLE_CAPABILITY}: {why}. Start the "
+            "process with ATEN_CPU_CAPABILITY=avx2, or set runtime.kernels: native")
+    if now["mkl_cbwr"] not in (None, PORTABLE_MKL_BRANCH):
+        raise KernelsError(
+            f"runtime.kernels is 'portable' but MKL runs on its {now['mkl_cbwr']} branch, not "
+            f"{PORTABLE_MKL_BRANCH}: MKL was used in this process before rlcore pinned it. "
+            "Start the process with MKL_CBWR=COMPATIBLE, or set runtime.kernels: native")
+
+
+def in_force() -> dict[str, Any]:
+    """The kernels and threads this process computes with (what `config.json` records)."""
+    import torch
+
+    return {
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": mkl_branch(),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA",
+                                             os.environ.get("DNNL_MAX_CPU_ISA", "ALL")),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+    }
+
+
+def mkl_branch() -> str | None:
+    """MKL's reproducibility branch in force (OFF when not in CNR mode); None where torch
+    has no MKL."""
+    get = _mkl_cbwr_get()
+    if get is None:
+        return None
+    code = get(MKL_CBWR_BRANCH)
+    return MKL_BRANCHES.get(code, str(code))
+
+
+@cache
+def _mkl_cbwr_get() -> Any:
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return None
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        fn = ctypes.CDLL(str(lib)).mkl_serv_cbwr_get
+    except (OSError, AttributeError):  # another build of torch: MKL linked otherwise
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+    return fn
+
+
+@cache
+def cpu() -> dict[str, Any]:
+    """This CPU as /proc/cpuinfo names it: vendor, family, model, stepping, model name and
+    the flags in CPU_FLAGS it has (the model name alone can be as vague as 'AMD EPYC')."""
+    info: dict[str, Any] = {"vendor": None, "family": None, "model": None, "stepping": None,
+                            "model_name": platform.processor() or None, "flags": []}
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:  # not Linux: what platform knows
+        return {**info, "machine": platform.machine()}
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"vendor": fields.get("vendor_id"), "family": fields.get("cpu family"),
+            "model": fields.get("model"), "stepping": fields.get("stepping"),
+            "model_name": fields.get("model name"), "machine": platform.machine(),
+            "flags": [f for f in CPU_FLAGS if f in flags]}
+
+
+def cpu_name() -> str:
+    """This CPU in one line: 'GenuineIntel 6/143/8 Intel(R) Xeon(R) ...'."""
+    c = cpu()
+    ident = "/".join(str(c[k]) for k in ("family", "model", "stepping") if c[k] is not None)
+    return " ".join(str(x) for x in (c["vendor"], ident, c["model_name"]) if x) or c["machine"]

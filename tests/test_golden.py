@@ -1,0 +1,70 @@
+"""The same numbers on any machine: portable CPU runs reproduce tests/golden/digests.json bit
+for bit (tests/golden.py says what is digested), and two runs of one config on one host
+record the same. A failure on a new host is a finding, not a digest to update:
+docs/reproducibility.md says how to find the cause."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlcore.config import config_from_dict
+from rlcore.kernels import cpu_name, in_force
+from rlcore.record.rundir import read_jsonl
+from rlcore.runners.sync import sync_train
+from tests.conftest import small_config
+from tests.golden import (
+    GOLDEN,
+    installed_versions,
+    locked_versions,
+    run_digests,
+    take,
+)
+
+
+def stored() -> dict[str, Any]:
+    return json.loads(GOLDEN.read_text())
+
+
+def test_the_golden_digests_are_for_the_locked_versions():
+    assert stored()["versions"] == locked_versions(), (
+        "requirements.lock changed the numeric packages: retake tests/golden/ with "
+        "`python -m tests.golden` in a commit of its own")
+
+
+def test_portable_runs_reproduce_the_golden_digests(tiny_model_dir: Path, tmp_path: Path):
+    golden = stored()
+    if installed_versions() != golden["versions"]:
+        pytest.skip(f"installed {installed_versions()} are not requirements.lock's "
+                    f"{golden['versions']}, which `make setup` installs and the digests hold for")
+    taken = take(tmp_path, small_model=tiny_model_dir)
+    # the AReaL-style run drops samples as stale, so the drop path is in the digests
+    assert taken["statuses"]["areal-paper-k1-virtual"].get("dropped_stale", 0) > 0
+    differ = [k for k, v in golden["digests"].items() if taken["digests"].get(k) != v]
+    assert not differ, (
+        f"{len(differ)} of {len(golden['digests'])} golden digests differ, the first "
+        f"{differ[0]}, on {cpu_name()} with {in_force()}; they were taken on "
+        f"{golden['taken_on']}. docs/reproducibility.md: find the kernel or thread count "
+        "that is not pinned rather than retaking them")
+
+
+def untimed(path: Path) -> list[dict[str, Any]]:
+    """A record file's rows without what the clock decides."""
+    return [{k: v for k, v in row.items() if not k.startswith(("t_", "time/"))}
+            for row in read_jsonl(path)]
+
+
+def test_two_seeded_sync_runs_record_the_same(tiny_model_dir: Path, tmp_path: Path):
+    runs = []
+    for name in ("a", "b"):
+        sync_train(config_from_dict(small_config(tiny_model_dir, train={"updates": 6})),
+                   tmp_path / name)
+        runs.append(tmp_path / name)
+    for name in ("samples.jsonl", "updates.jsonl"):
+        rows = untimed(runs[0] / name)
+        assert rows and rows == untimed(runs[1] / name), name
+    assert run_digests(runs[0]) == run_digests(runs[1])
+
