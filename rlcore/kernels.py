@@ -131,16 +131,21 @@ def _mkl_cbwr_get() -> Any:
 
 @cache
 def cpu() -> dict[str, Any]:
-    """This CPU as /proc/cpuinfo names it: vendor, family, model, stepping, model name and
-    the flags in CPU_FLAGS it has (the model name alone can be as vague as 'AMD EPYC')."""
-    info: dict[str, Any] = {"vendor": None, "family": None, "model": None, "stepping": None,
-                            "model_name": platform.processor() or None, "flags": []}
+    """This CPU as /proc/cpuinfo names it (`parse_cpuinfo`); off Linux, what platform knows."""
     try:
-        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:  # not Linux: what platform knows
-        return {**info, "machine": platform.machine()}
-    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return {"vendor": None, "family": None, "model": None, "stepping": None,
+                "model_name": platform.processor() or None, "machine": platform.machine(),
+                "flags": []}
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """Vendor, family, model, stepping, model name and the flags of CPU_FLAGS it has, from
+    /proc/cpuinfo's first processor (the model name alone can be as vague as 'AMD EPYC')."""
+    first = text.split("\n\n")[0]
+    fields = {k.strip(): v.strip() for k, v in
+              (line.split(":", 1) for line in first.splitlines() if ":" in line)}
     flags = set(fields.get("flags", "").split())
     return {"vendor": fields.get("vendor_id"), "family": fields.get("cpu family"),
             "model": fields.get("model"), "stepping": fields.get("stepping"),

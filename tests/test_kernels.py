@@ -1,0 +1,134 @@
+"""rlcore/kernels.py: what `runtime.kernels` pins, what it refuses, and what a run records of
+it (docs/reproducibility.md). That the pinned runs give the same bits on other hosts is
+tests/test_golden.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlcore.config import ConfigError, config_from_dict
+from rlcore.kernels import PORTABLE_ENV, in_force, parse_cpuinfo, pin
+from rlcore.launcher.protocol import server_key
+from rlcore.replay.inputs import environment_differences
+from rlcore.runners.sync import sync_train
+from tests.conftest import small_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The first processor of a /proc/cpuinfo, as an Intel Xeon with AMX shows it (abridged).
+XEON = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Processor
+stepping\t: 8
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_bf16 avx512_fp16 amx_tile amx_bf16
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+"""
+
+
+class TestCpuinfo:
+    def test_the_first_processor_names_the_cpu(self):
+        cpu = parse_cpuinfo(XEON)
+        assert (cpu["vendor"], cpu["family"], cpu["model"], cpu["stepping"]) == \
+            ("GenuineIntel", "6", "143", "8")
+        assert cpu["model_name"] == "Intel(R) Xeon(R) Processor"
+
+    def test_only_the_flags_that_decide_kernels_are_kept_in_their_order(self):
+        # fpu is not one of them; amx_int8 is, but this CPU lacks it
+        assert parse_cpuinfo(XEON)["flags"] == ["sse4_2", "avx", "avx2", "fma", "avx512f",
+                                                "avx512_bf16", "avx512_fp16", "amx_tile",
+                                                "amx_bf16"]
+
+    def test_a_cpuinfo_without_fields_gives_nones(self):
+        cpu = parse_cpuinfo("")
+        assert cpu["vendor"] is None and cpu["flags"] == []
+
+
+class TestPin:
+    def test_portable_is_in_force_in_the_test_session(self):
+        # conftest pinned it before any test computed
+        now = in_force()
+        assert now["torch_cpu_capability"] == "AVX2"
+        assert now["mkl_cbwr"] == "COMPATIBLE"
+        assert all(os.environ[k] == v for k, v in PORTABLE_ENV.items())
+
+    def test_pin_sets_the_threads_it_is_given(self):
+        import torch
+
+        before = torch.get_num_threads()
+        try:
+            assert pin(config_from_dict({"runtime": {"threads_per_role": 1}}), threads=2)[
+                "torch_threads"] == 2
+            assert pin(config_from_dict({"runtime": {"threads_per_role": 1}}))[
+                "torch_threads"] == 1
+        finally:
+            torch.set_num_threads(before)
+
+    def test_portable_refuses_a_machine_that_is_not_x86_64(self,
+                                                           monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setattr("platform.machine", lambda: "arm64")
+        with pytest.raises(ConfigError, match="runtime.kernels: native"):
+            pin(config_from_dict({}))
+
+    def test_native_pins_nothing_on_any_machine(self, monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setattr("platform.machine", lambda: "arm64")
+        assert pin(config_from_dict({"runtime": {"kernels": "native"}}))["torch_threads"] == 1
+
+    def test_a_process_that_computed_before_it_was_pinned_fails_saying_how_to_start_it(self):
+        env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
+        code = ("import torch; torch.ones(3).sum(); "
+                "from rlcore.config import config_from_dict; from rlcore.kernels import pin; "
+                "pin(config_from_dict({}))")
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        native = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120).stdout.strip()
+        if native == "AVX2":  # this CPU's own kernels are AVX2: nothing differs to detect
+            assert done.returncode == 0
+        else:
+            assert done.returncode != 0
+            assert "computed in this process before rlcore pinned" in done.stderr
+            assert "ATEN_CPU_CAPABILITY=avx2" in done.stderr
+
+
+def test_a_run_records_its_cpu_and_kernels(tiny_model_dir: Path, tmp_path: Path):
+    sync_train(config_from_dict(small_config(tiny_model_dir)), tmp_path / "run")
+    env = json.loads((tmp_path / "run" / "config.json").read_text())["environment"]
+    assert env["kernels"]["setting"] == "portable"
+    assert env["kernels"]["torch_cpu_capability"] == "AVX2"
+    assert env["kernels"]["mkl_cbwr"] == "COMPATIBLE"
+    assert env["kernels"]["torch_threads"] == 1
+    assert env["cpu"]["vendor"] and "avx2" in env["cpu"]["flags"]
+    rep = json.loads((tmp_path / "run" / "summary.json").read_text())["reproducibility"]
+    assert rep["environment"]["kernels"] == "portable"
+    assert rep["environment"]["cpu_capability"] == "AVX2"
+    assert rep["environment"]["cpu"].startswith(env["cpu"]["vendor"])
+
+
+def test_a_native_runs_cpu_is_part_of_its_environment():
+    recorded = {"torch": "2.13.0", "threads_per_role": 1, "devices": {},
+                "cpu": "AuthenticAMD 26/2/1 AMD EPYC"}
+    here = {**recorded, "cpu": "GenuineIntel 6/143/8 Intel(R) Xeon(R) Processor"}
+    assert environment_differences(recorded, here) == [
+        "cpu was 'AuthenticAMD 26/2/1 AMD EPYC', here it is "
+        "'GenuineIntel 6/143/8 Intel(R) Xeon(R) Processor'"]
+    # under portable kernels the replay leaves the CPU out: it does not decide the numbers
+    portable = {k: v for k, v in here.items() if k != "cpu"}
+    assert environment_differences(recorded, portable) == []
+
+
+def test_a_server_started_with_other_kernels_is_not_reused():
+    base = {"PATH": "/usr/bin"}
+    keys = {server_key(base)} | {server_key({**base, var: "avx2"}) for var in (
+        "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR")}
+    assert len(keys) == 5
