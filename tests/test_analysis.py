@@ -17,7 +17,14 @@ from rlcore.algo.metrics import (
     steps_to_threshold,
     time_to_threshold,
 )
-from rlcore.analysis.tables import k_sweep, load_runs, mean_ci95, table1, to_markdown
+from rlcore.analysis.tables import (
+    environment_markdown,
+    k_sweep,
+    load_runs,
+    mean_ci95,
+    table1,
+    to_markdown,
+)
 
 
 class TestMeanCI:
@@ -82,6 +89,9 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
                     "steps_to_threshold": None if ttt is None else int(ttt * 10),
                     "reward_per_1k_tokens": 100.0 + seed, "acceptance_rate": 0.9,
                     "accepted_samples_per_s": 50.0},
+        "reproducibility": {"state_digest": f"sha256:{seed}{'a' * 63}", "environment": {
+            "kernels": "portable", "cpu_capability": "AVX2", "mkl_cbwr": "COMPATIBLE",
+            "threads_per_role": 1, "cpu": "AuthenticAMD 26/2/1 AMD EPYC"}},
     }
     (d / "summary.json").write_text(json.dumps(summary))
     if heldout is not None:
@@ -105,6 +115,14 @@ def test_load_runs(runs: list[dict[str, Any]]):
         ("sync", "none", 0), ("areal", "paper", 0), ("areal", "paper", 1), ("areal", "paper", 2)]
     assert runs[1]["tokens_wasted"] == 15 and runs[1]["wasted_frac"] == 0.15
     assert runs[1]["updates_per_s"] == 5.0
+
+
+def test_the_environment_table_has_each_runs_kernels_cpu_and_digest(runs: list[dict[str, Any]]):
+    lines = environment_markdown(runs).splitlines()
+    assert len(lines) == 2 + len(runs)  # head, rule, one line per run
+    # after sync and areal seed 0, seed 1: grid point, seed, kernels, threads, CPU, digest
+    assert lines[4] == ("| wall | areal | paper | 2 | pg | 1 | portable | AVX2 | COMPATIBLE | 1 | "
+                        "AuthenticAMD 26/2/1 AMD EPYC | `1aaaaaaaaaaa` |")
 
 
 def test_table1_means_over_seeds(runs: list[dict[str, Any]]):
