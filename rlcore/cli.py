@@ -114,6 +114,7 @@ def eval_line(run_dir: Path, policy: str, result: dict[str, Any], out: Path) -> 
 def _bench(args: argparse.Namespace) -> int:
     from rlcore.measure.bench import (
         bench,
+        bench_kernels,
         bench_replay,
         bench_sandbox,
         bench_verifiers,
@@ -133,6 +134,8 @@ def _bench(args: argparse.Namespace) -> int:
         result = bench_virtual(cfgs, args.updates, args.repeats)
     elif args.sweep:
         raise ConfigError("--sweep goes with --virtual")
+    elif args.kernels:
+        result = bench_kernels(args.config, args.set, args.updates, args.repeats)
     elif args.sandbox:
         result = bench_sandbox(cfg, args.sandbox)
     elif args.verifiers:
@@ -292,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead: live runs of CONFIG against its virtual runs and its plan "
                         "(runtime.hardware), --repeats times, interleaved: the virtual "
                         "clock's and the planner's errors, and a virtual run's cost")
+    n.add_argument("--kernels", action="store_true",
+                   help="instead: portable against native CPU kernels (runtime.kernels): a "
+                        "sync and an AReaL-style run of CONFIG, each in a fresh process, "
+                        "--repeats rounds, interleaved")
     n.add_argument("--sweep", metavar="KEY=V1,V2,...",
                    help="with --virtual: one config per value, e.g. staleness.staleness_k=1,2")
     n.add_argument("--out", help="also write the figures to this JSON file")

@@ -15,6 +15,7 @@ import pytest
 from rlcore.config import ConfigError, config_from_dict
 from rlcore.kernels import PORTABLE_ENV, in_force, parse_cpuinfo, pin
 from rlcore.launcher.protocol import server_key
+from rlcore.measure.bench import bench_kernels
 from rlcore.replay.inputs import environment_differences
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config
@@ -132,3 +133,19 @@ def test_a_server_started_with_other_kernels_is_not_reused():
     keys = {server_key(base)} | {server_key({**base, var: "avx2"}) for var in (
         "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR")}
     assert len(keys) == 5
+
+
+def test_bench_kernels_times_each_mode_on_each_kernels(tiny_model_dir: Path, tmp_path: Path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(small_config(tiny_model_dir, staleness={"staleness_k": 1})))
+    result = bench_kernels(str(config), [], updates=2, repeats=1)
+    runs = result["runs"]
+    assert set(runs) == {"sync/portable", "sync/native", "areal/portable", "areal/native"}
+    assert (runs["sync/portable"]["cpu_capability"], runs["sync/portable"]["mkl_cbwr"]) == \
+        ("AVX2", "COMPATIBLE")
+    # native runs start without rlcore's variables: MKL is not in its reproducible mode
+    assert runs["areal/native"]["mkl_cbwr"] == "OFF"
+    for mode in ("sync", "areal"):
+        assert result["portable_over_native"][mode] == pytest.approx(
+            runs[f"{mode}/portable"]["wall_s"]["median"]
+            / runs[f"{mode}/native"]["wall_s"]["median"])
