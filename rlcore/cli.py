@@ -19,6 +19,7 @@ from rlcore.config import (
     run_config_schema,
 )
 from rlcore.errors import HarnessFailed, ReplayError, RunExistsError, WorkerFailed
+from rlcore.kernels import take_intel_mkl_paths
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -364,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any command imports torch; a failure is reported by the `pin` it would fail
+    take_intel_mkl_paths()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -7,10 +7,12 @@ host differ from the first log-probability, and over a run the difference flips 
 tokens. `portable` fixes every choice to one that all x86-64 CPUs since about 2013 share:
 
 - ATen's kernels at AVX2 (`ATEN_CPU_CAPABILITY`, read at torch's first dispatch);
-- MKL in its conditional-numerical-reproducibility mode on the COMPATIBLE branch
-  (`MKL_CBWR`, read at MKL's first call). MKL's AVX2 branch is honoured on Intel CPUs only
-  (elsewhere MKL silently takes AUTO), so COMPATIBLE (SSE2) is the one branch that gives
-  Intel and AMD the same bits; CNR also fixes MKL's cache blocking and reduction order;
+- MKL in its strict conditional-numerical-reproducibility mode on the AVX2 branch
+  (`MKL_CBWR=AVX2,STRICT`, read at MKL's first call): CNR fixes MKL's code path, cache
+  blocking and reduction order, STRICT its GEMM's result for any thread count. MKL honours
+  that branch only where it believes the CPU is Intel's (elsewhere it silently takes AUTO),
+  so on other x86-64 CPUs rlcore answers MKL's is-it-Intel question itself
+  (`take_intel_mkl_paths`): every CPU then runs the same MKL code;
 - oneDNN's ISA at AVX2 (`ONEDNN_MAX_CPU_ISA`), for whatever model or op reaches it;
 - a fixed torch thread count per process (parallel reductions split by thread count).
 
@@ -20,14 +22,21 @@ but a run's numbers are then a function of the CPU model as well as of the confi
 Both settings are read once per process, at first use, so `pin` runs in each process that
 computes (the CLI, every worker and the warm launcher's jobs) before it computes, and
 checks what is in force afterwards: a process that computed before it was pinned fails
-with a message instead of running with other kernels.
+with a message instead of running with other kernels. MKL's vendor answer must be in place
+before torch is even imported: the CLI, the launcher's server and the test session take it
+first thing (`take_intel_mkl_paths`), and the processes they start inherit it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import platform
+import shutil
+import subprocess
+import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,43 +47,52 @@ from rlcore.errors import KernelsError
 # Set for `portable` in this process's environment, so that children inherit them too.
 PORTABLE_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "COMPATIBLE",
+    "MKL_CBWR": "AVX2,STRICT",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
 PORTABLE_CAPABILITY = "AVX2"  # torch.backends.cpu.get_cpu_capability() under portable
-PORTABLE_MKL_BRANCH = "COMPATIBLE"
+PORTABLE_MKL_BRANCH = "AVX2,STRICT"  # mkl_branch() under portable
 X86_64 = ("x86_64", "amd64")
-# MKL's branch codes (mkl_cbwr.h), as mkl_cbwr_get(MKL_CBWR_BRANCH) returns them.
+# MKL's branch codes (mkl_cbwr.h), as mkl_cbwr_get(MKL_CBWR_ALL) returns them: the branch,
+# plus MKL_CBWR_STRICT in strict mode.
 MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
                 8: "SSE4_2", 9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512",
                 13: "AVX512_MIC_E1", 14: "AVX512_E1"}
-MKL_CBWR_BRANCH = 1
+MKL_CBWR_ALL = -1
+MKL_CBWR_STRICT = 0x10000
 # The /proc/cpuinfo flags that decide which kernels a library may pick.
 CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16",
              "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+# MKL asks itself whether the CPU is Intel's through these two functions, which torch's
+# library exports and calls through the dynamic linker; a library loaded ahead of torch that
+# defines them answers for it. The answer changes which code MKL may run, nothing else.
+INTEL_ANSWER = ("int mkl_serv_intel_cpu_true(void) { return 1; }\n"
+                "int mkl_serv_intel_cpu(void) { return 1; }\n")
+CACHE_VAR = "RLCORE_CACHE_DIR"  # where the built answer lives (default ~/.cache/rlcore)
 
 
 def pin(cfg: RunConfig, threads: int | None = None) -> dict[str, Any]:
     """Pin this process's CPU kernels to `cfg.runtime.kernels` and torch's threads to
     `threads` (default `runtime.threads_per_role`); returns what is in force."""
     level = cfg.runtime.kernels
+    if level == "portable" and platform.machine().lower() not in X86_64:
+        raise ConfigError(
+            f"runtime.kernels is 'portable', which pins x86-64 kernels, but this machine is "
+            f"{platform.machine()}: set runtime.kernels: native (its numbers are then this "
+            "machine's own, docs/reproducibility.md)")
+    vendor_problem = take_intel_mkl_paths()
     if level == "portable":
-        if platform.machine().lower() not in X86_64:
-            raise ConfigError(
-                f"runtime.kernels is 'portable', which pins x86-64 kernels, but this machine is "
-                f"{platform.machine()}: set runtime.kernels: native (its numbers are then this "
-                "machine's own, docs/reproducibility.md)")
         os.environ.update(PORTABLE_ENV)
     import torch  # here: the environment above must be set before torch first computes
 
     torch.set_num_threads(threads if threads is not None else cfg.runtime.threads_per_role)
     now = in_force()
     if level == "portable":
-        _check_portable(now)
+        _check_portable(now, vendor_problem)
     return now
 
 
-def _check_portable(now: dict[str, Any]) -> None:
+def _check_portable(now: dict[str, Any], vendor_problem: str | None) -> None:
     if now["torch_cpu_capability"] != PORTABLE_CAPABILITY:
         lacks = [f for f in ("avx2", "fma") if f not in cpu()["flags"]]
         why = (f"this CPU lacks {', '.join(lacks)}" if lacks else
@@ -84,10 +102,61 @@ def _check_portable(now: dict[str, Any]) -> None:
             f"{now['torch_cpu_capability']}, not {PORTABLE_CAPABILITY}: {why}. Start the "
             "process with ATEN_CPU_CAPABILITY=avx2, or set runtime.kernels: native")
     if now["mkl_cbwr"] not in (None, PORTABLE_MKL_BRANCH):
+        why = vendor_problem or (
+            "MKL was used in this process before rlcore pinned it. Start the process with "
+            f"MKL_CBWR={PORTABLE_ENV['MKL_CBWR']}")
         raise KernelsError(
             f"runtime.kernels is 'portable' but MKL runs on its {now['mkl_cbwr']} branch, not "
-            f"{PORTABLE_MKL_BRANCH}: MKL was used in this process before rlcore pinned it. "
-            "Start the process with MKL_CBWR=COMPATIBLE, or set runtime.kernels: native")
+            f"{PORTABLE_MKL_BRANCH}: {why}; or set runtime.kernels: native")
+
+
+def take_intel_mkl_paths() -> str | None:
+    """Have MKL run its Intel code paths in this process and in those it starts, on any
+    x86-64 CPU; None when it does (or needs nothing), else why it cannot."""
+    vendor = cpu()["vendor"]
+    if vendor in (None, "GenuineIntel") or platform.machine().lower() not in X86_64:
+        return None
+    try:
+        answer = _intel_answer_library()
+    except (OSError, subprocess.SubprocessError, KernelsError) as e:
+        return None if intel_answer_loaded() else (
+            f"on this {vendor} CPU MKL takes its AVX2 branch only once rlcore has built a "
+            f"two-line C library that tells it the CPU is Intel's, and that failed: {e}")
+    preloaded = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    if str(answer) not in preloaded:  # every process started from here loads it first
+        os.environ["LD_PRELOAD"] = " ".join([str(answer), *preloaded])
+    if intel_answer_loaded():  # at this process's start (LD_PRELOAD), or by an earlier call
+        return None
+    if "torch" not in sys.modules:
+        # Ahead of torch in the global scope, so torch's calls bind to it when it loads.
+        ctypes.CDLL(str(answer), mode=ctypes.RTLD_GLOBAL)
+        return None
+    return (f"torch was imported in this process before rlcore could answer MKL's vendor "
+            f"question on this {vendor} CPU: call rlcore.kernels.take_intel_mkl_paths() "
+            f"before importing torch, or start the process with LD_PRELOAD={answer}")
+
+
+@cache
+def _intel_answer_library() -> Path:
+    """INTEL_ANSWER compiled once into the cache directory, named by its source's hash."""
+    root = os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "rlcore"
+    name = hashlib.sha256(INTEL_ANSWER.encode()).hexdigest()[:12]
+    out = Path(root) / f"mkl-intel-answer-{name}.so"
+    if out.exists():
+        return out
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        raise KernelsError("no C compiler was found (install gcc, or set CC)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        source, built = Path(tmp) / "answer.c", Path(tmp) / "answer.so"
+        source.write_text(INTEL_ANSWER)
+        done = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(built), str(source)],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise KernelsError(f"{cc} failed: {done.stderr.strip()[-500:]}")
+        built.replace(out)  # atomic: a concurrent process sees no half-written library
+    return out
 
 
 def in_force() -> dict[str, Any]:
@@ -97,6 +166,7 @@ def in_force() -> dict[str, Any]:
     return {
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "mkl_cbwr": mkl_branch(),
+        "mkl_intel_answer": intel_answer_loaded(),
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA",
                                              os.environ.get("DNNL_MAX_CPU_ISA", "ALL")),
         "torch_threads": torch.get_num_threads(),
@@ -105,13 +175,20 @@ def in_force() -> dict[str, Any]:
 
 
 def mkl_branch() -> str | None:
-    """MKL's reproducibility branch in force (OFF when not in CNR mode); None where torch
-    has no MKL."""
+    """MKL's reproducibility branch in force ('AVX2,STRICT'; OFF when not in CNR mode); None
+    where torch has no MKL."""
     get = _mkl_cbwr_get()
     if get is None:
         return None
-    code = get(MKL_CBWR_BRANCH)
-    return MKL_BRANCHES.get(code, str(code))
+    code = get(MKL_CBWR_ALL)
+    branch = MKL_BRANCHES.get(code & ~MKL_CBWR_STRICT, str(code & ~MKL_CBWR_STRICT))
+    return f"{branch},STRICT" if code & MKL_CBWR_STRICT else branch
+
+
+def intel_answer_loaded() -> bool:
+    """Whether MKL's vendor question is answered by rlcore's library in this process (the
+    process's global symbols define it; torch's own copy is not among them)."""
+    return hasattr(ctypes.CDLL(None), "mkl_serv_intel_cpu_true")
 
 
 @cache

@@ -6,11 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
-from rlcore.config import RunConfig, config_from_dict
-from rlcore.kernels import pin
-from rlcore.policy.tiny import build_base
+from rlcore.kernels import take_intel_mkl_paths
+
+take_intel_mkl_paths()  # before torch is imported (rlcore/kernels.py)
+
+import torch  # noqa: E402
+
+from rlcore.config import RunConfig, config_from_dict  # noqa: E402
+from rlcore.kernels import pin  # noqa: E402
+from rlcore.policy.tiny import build_base  # noqa: E402
 
 # Before any test computes: the session runs on the kernels a run pins by default, so that
 # numbers compared across tests (and against tests/golden/) are those of any x86-64 host.

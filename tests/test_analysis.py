@@ -90,7 +90,7 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
                     "reward_per_1k_tokens": 100.0 + seed, "acceptance_rate": 0.9,
                     "accepted_samples_per_s": 50.0},
         "reproducibility": {"state_digest": f"sha256:{seed}{'a' * 63}", "environment": {
-            "kernels": "portable", "cpu_capability": "AVX2", "mkl_cbwr": "COMPATIBLE",
+            "kernels": "portable", "cpu_capability": "AVX2", "mkl_cbwr": "AVX2,STRICT",
             "threads_per_role": 1, "cpu": "AuthenticAMD 26/2/1 AMD EPYC"}},
     }
     (d / "summary.json").write_text(json.dumps(summary))
@@ -121,7 +121,7 @@ def test_the_environment_table_has_each_runs_kernels_cpu_and_digest(runs: list[d
     lines = environment_markdown(runs).splitlines()
     assert len(lines) == 2 + len(runs)  # head, rule, one line per run
     # after sync and areal seed 0, seed 1: grid point, seed, kernels, threads, CPU, digest
-    assert lines[4] == ("| wall | areal | paper | 2 | pg | 1 | portable | AVX2 | COMPATIBLE | 1 | "
+    assert lines[4] == ("| wall | areal | paper | 2 | pg | 1 | portable | AVX2 | AVX2,STRICT | 1 | "
                         "AuthenticAMD 26/2/1 AMD EPYC | `1aaaaaaaaaaa` |")
 
 

@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from rlcore.config import ConfigError, config_from_dict
-from rlcore.kernels import PORTABLE_ENV, in_force, parse_cpuinfo, pin
+from rlcore.kernels import (
+    PORTABLE_ENV,
+    cpu,
+    in_force,
+    intel_answer_loaded,
+    parse_cpuinfo,
+    pin,
+    take_intel_mkl_paths,
+)
 from rlcore.launcher.protocol import server_key
 from rlcore.measure.bench import bench_kernels
 from rlcore.replay.inputs import environment_differences
@@ -59,7 +67,8 @@ class TestPin:
         # conftest pinned it before any test computed
         now = in_force()
         assert now["torch_cpu_capability"] == "AVX2"
-        assert now["mkl_cbwr"] == "COMPATIBLE"
+        assert now["mkl_cbwr"] == "AVX2,STRICT"
+        assert now["mkl_intel_answer"] == (cpu()["vendor"] != "GenuineIntel")
         assert all(os.environ[k] == v for k, v in PORTABLE_ENV.items())
 
     def test_pin_sets_the_threads_it_is_given(self):
@@ -102,12 +111,66 @@ class TestPin:
             assert "ATEN_CPU_CAPABILITY=avx2" in done.stderr
 
 
+def _pin_in_a_fresh_process(env: dict[str, str], first: str = "") -> subprocess.CompletedProcess:
+    code = (f"{first}from rlcore.config import config_from_dict; "
+            "from rlcore.kernels import pin; print(pin(config_from_dict({}))['mkl_cbwr'])")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+class TestIntelAnswer:
+    """MKL runs its AVX2 branch only where it believes the CPU is Intel's; rlcore answers
+    for other vendors' CPUs (kernels.take_intel_mkl_paths)."""
+
+    def test_an_intel_cpu_needs_no_answer(self, monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setattr("rlcore.kernels.cpu", lambda: parse_cpuinfo(XEON))
+        monkeypatch.setattr("rlcore.kernels._intel_answer_library",
+                            lambda: pytest.fail("built an answer for an Intel CPU"))
+        assert take_intel_mkl_paths() is None
+
+    @pytest.fixture
+    def other_vendor(self, tmp_path: Path) -> dict[str, str]:
+        """A clean environment for a child on this non-Intel CPU, answer cached in tmp_path."""
+        if cpu()["vendor"] == "GenuineIntel":
+            pytest.skip("this CPU is Intel's: MKL takes its AVX2 branch without an answer")
+        keep = {k: v for k, v in os.environ.items()
+                if k not in PORTABLE_ENV and k != "LD_PRELOAD"}
+        return {**keep, "RLCORE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def test_the_session_and_its_children_have_the_answer(self, other_vendor: dict[str, str]):
+        assert intel_answer_loaded()
+        assert "mkl-intel-answer-" in os.environ["LD_PRELOAD"]
+
+    def test_a_fresh_process_builds_the_answer_and_runs_mkls_avx2_branch(
+            self, other_vendor: dict[str, str], tmp_path: Path):
+        done = _pin_in_a_fresh_process(other_vendor)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split()[-1] == "AVX2,STRICT"
+        assert len(list((tmp_path / "cache").glob("mkl-intel-answer-*.so"))) == 1
+
+    def test_torch_imported_first_is_refused_saying_how_to_start(
+            self, other_vendor: dict[str, str]):
+        done = _pin_in_a_fresh_process(other_vendor, first="import torch; ")
+        assert done.returncode != 0
+        assert "MKL runs on its AUTO" in done.stderr
+        assert "before importing torch, or start the process with LD_PRELOAD=" in done.stderr
+
+    def test_without_a_compiler_portable_says_what_to_install(
+            self, other_vendor: dict[str, str], tmp_path: Path):
+        (tmp_path / "bin").mkdir()  # a PATH with no compiler on it
+        done = _pin_in_a_fresh_process({**other_vendor, "PATH": str(tmp_path / "bin"),
+                                        "CC": "cc"})
+        assert done.returncode != 0
+        assert "no C compiler was found (install gcc, or set CC)" in done.stderr
+        assert "runtime.kernels: native" in done.stderr
+
+
 def test_a_run_records_its_cpu_and_kernels(tiny_model_dir: Path, tmp_path: Path):
     sync_train(config_from_dict(small_config(tiny_model_dir)), tmp_path / "run")
     env = json.loads((tmp_path / "run" / "config.json").read_text())["environment"]
     assert env["kernels"]["setting"] == "portable"
     assert env["kernels"]["torch_cpu_capability"] == "AVX2"
-    assert env["kernels"]["mkl_cbwr"] == "COMPATIBLE"
+    assert env["kernels"]["mkl_cbwr"] == "AVX2,STRICT"
     assert env["kernels"]["torch_threads"] == 1
     assert env["cpu"]["vendor"] and "avx2" in env["cpu"]["flags"]
     rep = json.loads((tmp_path / "run" / "summary.json").read_text())["reproducibility"]
@@ -142,7 +205,7 @@ def test_bench_kernels_times_each_mode_on_each_kernels(tiny_model_dir: Path, tmp
     runs = result["runs"]
     assert set(runs) == {"sync/portable", "sync/native", "areal/portable", "areal/native"}
     assert (runs["sync/portable"]["cpu_capability"], runs["sync/portable"]["mkl_cbwr"]) == \
-        ("AVX2", "COMPATIBLE")
+        ("AVX2", "AVX2,STRICT")
     # native runs start without rlcore's variables: MKL is not in its reproducible mode
     assert runs["areal/native"]["mkl_cbwr"] == "OFF"
     for mode in ("sync", "areal"):

@@ -271,10 +271,11 @@ class RuntimeConfig:
     )
     kernels: Literal["portable", "native"] = _f(
         "portable",
-        "CPU kernels: portable pins torch's own to AVX2, MKL to its COMPATIBLE reproducibility "
-        "branch and oneDNN to AVX2, so that a CPU run gives the same bits on any x86-64 CPU "
-        "with AVX2, Intel or AMD; native lets each library pick the fastest code for this "
-        "CPU, whose numbers then differ between CPU models (docs/reproducibility.md).",
+        "CPU kernels: portable pins torch's own to AVX2, MKL to its strict reproducibility "
+        "mode on the AVX2 branch (Intel's code, on AMD too) and oneDNN to AVX2, so that a CPU "
+        "run gives the same bits on any x86-64 CPU with AVX2, Intel or AMD; native lets each "
+        "library pick the fastest code for this CPU, whose numbers then differ between CPU "
+        "models (docs/reproducibility.md).",
     )
     progress_every: int = _f(
         10, "Print a progress line every this many updates; 0 silences it.", minimum=0

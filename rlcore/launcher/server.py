@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlcore.kernels import take_intel_mkl_paths
 from rlcore.launcher.protocol import SOCKET, Channel, server_key
 
 # What the commands import, at the server's start instead of each job's: the CLI, every
@@ -275,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     if (key := server_key(env)) != args.key:
         log(f"refusing to serve: this server's key is {key}, the client's {args.key}")
         sys.exit(3)
+    take_intel_mkl_paths()  # before torch: the jobs inherit MKL's vendor answer (kernels.py)
     preload()
     # what the imports set (torch: TORCHINDUCTOR_CACHE_DIR), which a cold job's imports set
     imported_env = {k: v for k, v in os.environ.items() if env.get(k) != v}
