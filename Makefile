@@ -7,6 +7,9 @@
 # make lock   : refresh requirements.lock, the exact versions `make setup` installs: resolve
 #               pyproject.toml's ranges anew in a throwaway venv (torch==TORCH_VERSION first,
 #               then the package with all extras) and freeze it; commit the result (~2 min)
+# make check-virtual : rerun only the default grid's virtual-clock runs and their replays (in a
+#               temporary directory, ~8 min here) and check their records, weights and evals
+#               against tests/golden/virtual_grid.json: for changes that must not change results
 # make paper-smoke : config/paper.yaml end to end on CPU with a random Qwen2.5-0.5B-size
 #               stand-in, a few updates per mode, then eval: time, memory and weight sync
 #               per mode (a benchmark, ~10 min and ~17 GB of RAM here; not part of make test)
@@ -30,7 +33,7 @@ SNAKEMAKE := snakemake --profile workflow/profiles/default \
 SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
 
-.PHONY: setup lock run resume test lint clean paper-smoke
+.PHONY: setup lock run resume test lint clean paper-smoke check-virtual
 
 setup: $(STAMP)
 
@@ -92,6 +95,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+check-virtual: setup
+	$(BIN)/python -m tests.virtual_grid check; status=$$?; $(BIN)/python -m rlcore.launcher --stop; \
+		exit $$status
 
 paper-smoke: setup
 	$(BIN)/rlcore smoke config/paper.yaml --stand-in 0.5b --model $(SMOKE_MODEL) --device cpu \

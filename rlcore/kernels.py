@@ -121,7 +121,8 @@ def take_intel_mkl_paths() -> str | None:
     except (OSError, subprocess.SubprocessError, KernelsError) as e:
         return None if intel_answer_loaded() else (
             f"on this {vendor} CPU MKL takes its AVX2 branch only once rlcore has built a "
-            f"two-line C library that tells it the CPU is Intel's, and that failed: {e}")
+            f"two-line C library that tells it the CPU is Intel's, and that failed: {e} "
+            f"(it is built once into {_cache_dir()}; {CACHE_VAR} names another directory)")
     preloaded = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
     if str(answer) not in preloaded:  # every process started from here loads it first
         os.environ["LD_PRELOAD"] = " ".join([str(answer), *preloaded])
@@ -136,12 +137,15 @@ def take_intel_mkl_paths() -> str | None:
             f"before importing torch, or start the process with LD_PRELOAD={answer}")
 
 
+def _cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "rlcore")
+
+
 @cache
 def _intel_answer_library() -> Path:
     """INTEL_ANSWER compiled once into the cache directory, named by its source's hash."""
-    root = os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "rlcore"
     name = hashlib.sha256(INTEL_ANSWER.encode()).hexdigest()[:12]
-    out = Path(root) / f"mkl-intel-answer-{name}.so"
+    out = _cache_dir() / f"mkl-intel-answer-{name}.so"
     if out.exists():
         return out
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")

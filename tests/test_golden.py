@@ -15,6 +15,7 @@ from rlcore.config import config_from_dict
 from rlcore.kernels import cpu_name, in_force
 from rlcore.record.rundir import read_jsonl
 from rlcore.runners.sync import sync_train
+from tests import virtual_grid
 from tests.conftest import small_config
 from tests.golden import (
     GOLDEN,
@@ -69,3 +70,38 @@ def test_two_seeded_sync_runs_record_the_same(tiny_model_dir: Path, tmp_path: Pa
         rows = untimed(runs[0] / name)
         assert rows and rows == untimed(runs[1] / name), name
     assert run_digests(runs[0]) == run_digests(runs[1])
+
+
+def test_the_virtual_grid_list_takes_virtual_runs_and_their_replays_only(tmp_path: Path):
+    """tests/virtual_grid.py: a virtual run's records digested whole, a replay's without its
+    timing; wall-clock runs and their replays left out (they differ in every make run)."""
+    results = tmp_path / "results"
+
+    def write(rel: str, kind: str, of: str | None = None, t: float = 0.0) -> None:
+        d = results / rel
+        (d / "policy").mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(
+            {"clock": {"kind": kind}, "reproducibility": {"replay": of and {"of": of}}}))
+        for name in ("samples.jsonl", "updates.jsonl"):
+            (d / name).write_text(json.dumps({"reward": 1.0, "t_emit": t}) + "\n")
+        (d / "policy" / "model.safetensors").write_bytes(b"weights")
+        (d / "eval.json").write_text(json.dumps({"sampled_pass_rate": 0.5, "eval_s": t}))
+
+    write("runs/v100/areal/paper/k1/pg/seed0", "virtual")
+    write("runs/wall/areal/paper/k1/pg/seed0", "wall")
+    write("replays/v100/areal/paper/k1/pg/seed0/decoupled", "wall",
+          of="results/runs/v100/areal/paper/k1/pg/seed0", t=1.0)
+    write("replays/wall/areal/paper/k1/pg/seed0/decoupled", "wall",
+          of="results/runs/wall/areal/paper/k1/pg/seed0")
+    first = virtual_grid.digests(results)
+    assert sorted(first) == ["replays/v100/areal/paper/k1/pg/seed0/decoupled",
+                             "runs/v100/areal/paper/k1/pg/seed0"]
+    # the replay's clock is this machine's: another time is the same result ...
+    (results / "replays/v100/areal/paper/k1/pg/seed0/decoupled/samples.jsonl").write_text(
+        json.dumps({"reward": 1.0, "t_emit": 2.5}) + "\n")
+    assert virtual_grid.digests(results) == first
+    # ... while a virtual run's times are part of its result
+    (results / "runs/v100/areal/paper/k1/pg/seed0/samples.jsonl").write_text(
+        json.dumps({"reward": 1.0, "t_emit": 2.5}) + "\n")
+    assert virtual_grid.digests(results)["runs/v100/areal/paper/k1/pg/seed0"][
+        "samples.jsonl"] != first["runs/v100/areal/paper/k1/pg/seed0"]["samples.jsonl"]
