@@ -16,10 +16,19 @@ from rlcore.config import (
     config_from_dict,
     config_reference_markdown,
     load_config,
+    read_run_config,
     run_config_schema,
 )
 from rlcore.errors import HarnessFailed, ReplayError, RunExistsError, WorkerFailed
 from rlcore.kernels import take_intel_mkl_paths
+
+
+def _say_which_part_runs(path: str) -> None:
+    """A line on stderr when the config file is not a plain run config (a pipeline config, a
+    run's record): what of it is used."""
+    note = read_run_config(path)[1]
+    if note:
+        print(f"rlcore: {note}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -27,6 +36,7 @@ def _run(args: argparse.Namespace) -> int:
         from rlcore.runners.asynchronous.health import die_with_parent
 
         die_with_parent(args.exit_with_parent)
+    _say_which_part_runs(args.config)
     cfg = load_config(args.config, args.set)
     if args.eval and not cfg.runtime.save_policy:  # fail now, not after the whole run
         raise ConfigError("--eval scores the run's saved final policy, but "
@@ -171,6 +181,7 @@ def _plan(args: argparse.Namespace) -> int:
     from rlcore.plan.lengths import chosen
     from rlcore.plan.planner import plan_sweep, sweep_values, table
 
+    _say_which_part_runs(args.config)
     base = [*args.set, *([f"runtime.hardware={args.hardware}"] if args.hardware else [])]
     key, values = sweep_values(args.sweep) if args.sweep else ("mode", [None])
     cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))

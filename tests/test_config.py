@@ -16,6 +16,7 @@ from rlcore.config import (
     config_from_dict,
     load_config,
     read_config_file,
+    read_run_config,
     run_config_schema,
 )
 from rlcore.config.files import apply_overrides
@@ -423,6 +424,31 @@ class TestSchema:
         path = tmp_path / "pipeline.yaml"
         path.write_text("run: {seed: 5}\ngrid: {modes: {sync: [0]}}\n")
         assert read_config_file(path) == {"seed": 5}
+        assert read_run_config(path)[1] == (
+            f"{path}: running its 'run:' section (grid: the pipeline's, ignored here)")
+
+    def test_a_run_section_alone_runs(self, tmp_path: Path) -> None:
+        # the shape of config/config.yaml without its grid: refused as ['run'] before
+        path = tmp_path / "mine.yaml"
+        path.write_text("run: {mode: sync, train: {updates: 3}}\n")
+        assert load_config(path).train.updates == 3
+        assert read_run_config(path)[1] == f"{path}: running its 'run:' section"
+
+    def test_a_run_key_beside_the_run_section_is_refused_not_lost(self, tmp_path: Path) -> None:
+        path = tmp_path / "mixed.yaml"
+        path.write_text("run: {mode: sync}\nseed: 3\n")
+        with pytest.raises(ConfigError, match=r"run keys beside it \(seed\): move them"):
+            read_config_file(path)
+
+    def test_a_runs_record_runs_its_recorded_config(self, tmp_path: Path) -> None:
+        # a run directory's config.json: the resolved config beside what the run recorded
+        recorded = dataclasses.asdict(config_from_dict({"seed": 7}))
+        (tmp_path / "config.json").write_text(json.dumps(
+            {"config": recorded, "environment": {}, "base_model": {}, "devices": {},
+             "clock": {}}))
+        for given in (tmp_path, tmp_path / "config.json"):  # the directory or its file
+            assert load_config(given).seed == 7
+        assert "is a run's record" in (read_run_config(tmp_path)[1] or "")
 
 
 class TestFrozen:

@@ -5,7 +5,7 @@ the rules that cross fields, in `load.py`; the schema derived from them and the 
 in `schema.py`; YAML reading and `key=value` overrides in `files.py`.
 """
 
-from rlcore.config.files import read_config_file
+from rlcore.config.files import read_config_file, read_run_config
 from rlcore.config.load import config_from_dict, load_config
 from rlcore.config.run import (
     MODES,
@@ -41,5 +41,6 @@ __all__ = [
     "config_reference_markdown",
     "load_config",
     "read_config_file",
+    "read_run_config",
     "run_config_schema",
 ]

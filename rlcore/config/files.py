@@ -5,6 +5,7 @@ Numbers are read as YAML 1.2 reads them, so `lr: 1e-4` is a number and not a str
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import typing
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from rlcore.config.run import RunConfig
 from rlcore.errors import ConfigError
 
 
@@ -56,8 +58,17 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON run config, or a pipeline config's `run:` section, into a mapping."""
+    """The run config a file holds, in any shape `read_run_config` takes."""
+    return read_run_config(path)[0]
+
+
+def read_run_config(path: str | Path) -> tuple[dict[str, Any], str | None]:
+    """The run config a YAML or JSON file holds, in each shape a user has: a run config; a
+    pipeline config (its `run:` section); a run directory, or its `config.json` (the config
+    the run recorded). Also one line saying which part was taken (None for a run config)."""
     p = Path(path)
+    if p.is_dir() and (p / "config.json").is_file():
+        p = p / "config.json"
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist")
     text = p.read_text()
@@ -69,8 +80,18 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping at the top level")
-    if "grid" in data and "run" in data:  # a pipeline config: its run section is the run config
-        data = data["run"] or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file '{p}': the 'run' section must be a mapping")
-    return data
+    if isinstance(data.get("config"), dict) and "environment" in data:
+        return data["config"], f"{p} is a run's record: running the config it recorded"
+    if "run" not in data:
+        return data, None
+    if not isinstance(data["run"] or {}, dict):
+        raise ConfigError(f"config file '{p}': the 'run' section must be a mapping")
+    # `run:` is not a run-config key, so the file has a pipeline config's shape: a run key
+    # beside it would be silently lost, anything else is the pipeline's own
+    run_keys = {f.name for f in dataclasses.fields(RunConfig)}
+    if stray := sorted(run_keys & set(data)):
+        raise ConfigError(f"config file '{p}' has a 'run:' section and run keys beside it "
+                          f"({', '.join(stray)}): move them into 'run:'")
+    others = sorted(set(data) - {"run"})
+    ignored = f" ({', '.join(others)}: the pipeline's, ignored here)" if others else ""
+    return data["run"] or {}, f"{p}: running its 'run:' section{ignored}"
