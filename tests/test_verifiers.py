@@ -50,6 +50,15 @@ CASES: list[tuple[str, str, bool]] = [
     ("12", "twelve", False),
     ("12", "\\boxed{}", False),
     ("12", "", False),
+    # the last box counts, as in MATH's grading: a corrected answer on the same line, on a
+    # line of its own, after a box with nested braces, a box inside prose
+    ("5", "\\boxed{3} no wait, \\boxed{5}", True),
+    ("3", "\\boxed{3} no wait, \\boxed{5}", False),
+    ("5", "first \\boxed{3}\nthen \\boxed{5}", True),
+    ("\\frac{1}{2}", "guess \\boxed{\\frac{2}{3}}, then \\boxed{\\frac{1}{2}}", True),
+    ("7", "so the total is \\boxed{7} apples", True),
+    # a box never closed is no box: math-verify's own read of the text, which finds no 7
+    ("7", "a box \\boxed{7 never closed", False),
     # LaTeX outside $...$ or \boxed{} is read as plain text: only the 5 of 5\sqrt{2}
     ("5\\sqrt{2}", "5\\sqrt{2}", False),
     ("5\\sqrt{2}", "$5\\sqrt{2}$", True),

@@ -9,8 +9,12 @@ in a worker process, and one that has not answered within `reward.timeout_sec` i
 replaced. The answer scores 0 and its result says why (`verify_error`), so a run counts such
 answers rather than hiding them. That holds in every mode, from any thread.
 
-A worker parses each gold answer once and keeps it; a response is parsed with math-verify's
-default extraction (the last `\\boxed{}`, else the last LaTeX or plain expression).
+A worker parses each gold answer once and keeps it. Of a response, the last `\\boxed{...}`
+is judged, as MATH's grading takes it (Hendrycks et al., `last_boxed_only_string`):
+math-verify's own pattern reads every box of a response as one set (`\\boxed{3} no,
+\\boxed{5}` gives {3, 5}), so rlcore cuts the last box out itself (`judged_text`). A response
+with no well-formed box is parsed with math-verify's default extraction (the last LaTeX or
+plain expression).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.config import RewardConfig
+from rlcore.tasks.fields import FieldError, boxed_answer
 
 # A worker imports sympy and the LaTeX grammar (~1 s here): generous, as for the sandbox probe.
 START_TIMEOUT_S = 120.0
@@ -48,6 +53,15 @@ def gold_as_latex(gold: str) -> str:
     """The text math-verify parses a gold answer from: boxed, so that a bare `1104`, a
     `\\frac{3}{5}` and a `5\\sqrt{2}` are each read as one expression."""
     return "\\boxed{" + gold + "}"
+
+
+def judged_text(response: str) -> str:
+    """What math-verify parses of a response: its last `\\boxed{...}`, boxed again; the whole
+    response where it has no well-formed box."""
+    try:
+        return gold_as_latex(boxed_answer(response))
+    except FieldError:
+        return response
 
 
 def serve(conn: Connection, memory_mb: int) -> None:
@@ -86,7 +100,7 @@ def serve(conn: Connection, memory_mb: int) -> None:
                 # not convert, which leaves only string comparison: refused for a gold.
                 reply: tuple[bool, str | None] = (len(g) > 1, str(g[-1]) if g else None)
             else:
-                answer = parse(request[2], parsing_timeout=None)
+                answer = parse(judged_text(request[2]), parsing_timeout=None)
                 ok = bool(g) and bool(answer) and verify(g, answer, timeout_seconds=None)
                 reply = (bool(ok), str(answer[-1]) if answer else None)
         except (Exception, MemoryError, RecursionError):  # noqa: BLE001 - judged: unreadable
