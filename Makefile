@@ -4,6 +4,8 @@
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint (ruff, mypy, snakemake --lint, snakefmt) and
 #               run the test suite
+# make check  : while developing: lint and the fast tests (`-m "not slow"`), a few minutes; make
+#               test (what CI runs) is lint and every test
 # make lock   : refresh requirements.lock, the exact versions `make setup` installs: resolve
 #               pyproject.toml's ranges anew in a throwaway venv (torch==TORCH_VERSION first,
 #               then the package with all extras) and freeze it; commit the result (~2 min)
@@ -33,7 +35,7 @@ SNAKEMAKE := snakemake --profile workflow/profiles/default \
 SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
 
-.PHONY: setup lock run resume test lint clean paper-smoke check-virtual
+.PHONY: setup lock run resume test check lint clean paper-smoke check-virtual
 
 setup: $(STAMP)
 
@@ -95,6 +97,9 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+check: setup lint
+	$(BIN)/python -m pytest -q -m "not slow"
 
 check-virtual: setup
 	$(BIN)/python -m tests.virtual_grid check; status=$$?; $(BIN)/python -m rlcore.launcher --stop; \

@@ -119,6 +119,7 @@ def test_threaded_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, inter
     check_invariants(tmp_path / "run", cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("k", "interrupt", "control"), [
     (0, "resubmit", "filter"), (1, "continue", "throttle"), (2, "resubmit", "both"),
     (2, "keep_kv", "filter"),

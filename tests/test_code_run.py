@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rlcore.config import config_from_dict
 from rlcore.runners import run_mode
 from rlcore.runners.asynchronous.controller import Controller
@@ -31,6 +33,7 @@ def write_tasks(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_areal_run_on_code_tasks_with_hostile_responses(tmp_path: Path, tiny_model_dir: Path,
                                                         monkeypatch):
     cfg = config_from_dict(small_config(

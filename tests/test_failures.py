@@ -184,6 +184,7 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
 
 
 # --- a worker killed, or the main process killed ------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", WORKERS)
 def test_killed_worker_stops_the_run(tiny_model_dir: Path, tmp_path: Path, victim: str):
     config = write_config(tmp_path, tiny_model_dir, mode="areal", **ENDLESS)
@@ -202,6 +203,7 @@ def test_killed_worker_stops_the_run(tiny_model_dir: Path, tmp_path: Path, victi
     assert any(e["type"] == "version_change" for e in read_events(out))
 
 
+@pytest.mark.slow
 def test_killed_main_process_takes_its_workers(tiny_model_dir: Path, tmp_path: Path):
     config = write_config(tmp_path, tiny_model_dir, mode="areal", **ENDLESS)
     out, log = tmp_path / "run", tmp_path / "stderr.txt"
@@ -239,6 +241,7 @@ def fork_server(main: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["server importing", "workers forked"])
 def test_main_killed_while_workers_start_under_subreaper(tiny_model_dir: Path,
                                                          tmp_path: Path, when: str):
@@ -403,6 +406,7 @@ def test_raising_worker_cli_exit_code(tiny_model_dir: Path, tmp_path: Path,
 
 
 # --- a failed forced rerun over a complete run ----------------------------------------------
+@pytest.mark.slow
 def test_failed_forced_rerun_keeps_complete_run(tiny_model_dir: Path, tmp_path: Path):
     out, log = tmp_path / "run", tmp_path / "stderr.txt"
     cfg = small_config(tiny_model_dir, mode="areal", train={"updates": 3, "update_batch_size": 8},

@@ -38,6 +38,7 @@ def test_the_golden_digests_are_for_the_locked_versions():
         "`python -m tests.golden` in a commit of its own")
 
 
+@pytest.mark.slow
 def test_portable_runs_reproduce_the_golden_digests(tiny_model_dir: Path, tmp_path: Path):
     golden = stored()
     if installed_versions() != golden["versions"]:

@@ -93,6 +93,7 @@ class TestPin:
         monkeypatch.setattr("platform.machine", lambda: "arm64")
         assert pin(config_from_dict({"runtime": {"kernels": "native"}}))["torch_threads"] == 1
 
+    @pytest.mark.slow
     def test_a_process_that_computed_before_it_was_pinned_fails_saying_how_to_start_it(self):
         env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
         code = ("import torch; torch.ones(3).sum(); "
@@ -198,6 +199,7 @@ def test_a_server_started_with_other_kernels_is_not_reused():
     assert len(keys) == 5
 
 
+@pytest.mark.slow
 def test_bench_kernels_times_each_mode_on_each_kernels(tiny_model_dir: Path, tmp_path: Path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(small_config(tiny_model_dir, staleness={"staleness_k": 1})))

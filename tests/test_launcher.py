@@ -142,6 +142,7 @@ class TestRelay:
             (cold.returncode, cold.stdout, cold.stderr)
         assert not (tmp_path / "out").exists()
 
+    @pytest.mark.slow
     def test_an_uncaught_exception_is_the_cold_commands(self, tree: Tree, tmp_path: Path,
                                                         tiny_model_dir: Path):
         config = write_config(tmp_path / "c.yaml", tiny_model_dir)
@@ -197,6 +198,7 @@ class TestNoOrphans:
 
 
 class TestResults:
+    @pytest.mark.slow
     def test_a_warm_run_is_the_cold_run_bit_for_bit(self, tree: Tree, tmp_path: Path,
                                                     tiny_model_dir: Path):
         config = write_config(tmp_path / "c.yaml", tiny_model_dir)
@@ -235,6 +237,7 @@ class TestResults:
 
 
 class TestServer:
+    @pytest.mark.slow
     def test_an_edit_replaces_the_server_and_two_clients_share_the_new_one(self, tree: Tree):
         old = tree.server_pid()
         assert old is not None

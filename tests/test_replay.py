@@ -130,6 +130,7 @@ def assert_reproduced(original: Path, replay: Path) -> None:
     assert (original / SCHEDULE_FILE).read_text() == (replay / SCHEDULE_FILE).read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(VERIFY))
 def test_a_replay_reproduces_the_run_bit_for_bit(tiny_model_dir: Path, tmp_path: Path,
                                                  name: str):

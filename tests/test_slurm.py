@@ -25,7 +25,7 @@ from tests.test_workflow import (
     write_config,
 )
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
 needs_plugin = pytest.mark.skipif(
     not PLUGIN, reason="needs the Slurm executor plugin: pip install -e '.[slurm]'")

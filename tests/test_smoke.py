@@ -78,6 +78,7 @@ def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
                                                                  tmp_path: Path, capsys):
     """config/paper.yaml's code path (chat prompts, its batch and K) on the tiny stand-in:

@@ -200,6 +200,7 @@ def math_config(model_dir: Path, mode: str) -> RunConfig:
         runtime={"progress_every": 0, "save_policy": False}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_hostile_answers_score_0_and_are_counted_in_every_path(
         path: str, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

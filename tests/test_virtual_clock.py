@@ -347,6 +347,7 @@ class TestCalibrate:
         fit = nonneg_lstsq([[1, 0], [1, 1], [1, 2]], [3, 2, 1])
         assert fit.coef == pytest.approx((2, 0))
 
+    @pytest.mark.slow
     def test_calibrate_writes_a_profile_that_loads(self, cfg: Any, tmp_path: Path):
         from rlcore.measure.calibrate import calibrate, write_profile
 

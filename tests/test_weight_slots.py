@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 
 from rlcore.runners.asynchronous.vehicles import Processes
@@ -58,6 +59,7 @@ def test_a_slot_is_one_buffer_per_dtype_and_its_tensors_do_not_overlap():
     assert len(storages) == 2
 
 
+@pytest.mark.slow
 def test_a_read_overlapping_a_write_is_copied_again_never_torn():
     """A writer rewrites the slot a reader is copying (as a trainer rewrites its staging slot,
     the old current one, while a slow reader still copies it): the reader must discard the

@@ -24,6 +24,8 @@ from rlcore.clock.profile import HARDWARE_DIR, profile_path
 from rlcore.policy.stand_in import build_stand_in
 from tests.conftest import small_config
 
+# Every test here starts Snakemake at least once (seconds each): the slow tier.
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "default"
