@@ -22,6 +22,8 @@ from rlcore.config import (
 from rlcore.errors import HarnessFailed, ReplayError, RunExistsError, WorkerFailed
 from rlcore.kernels import take_intel_mkl_paths
 
+CONFIG_HELP = "run config (YAML or JSON), a pipeline config (its run: section) or a run directory"
+
 
 def _say_which_part_runs(path: str) -> None:
     """A line on stderr when the config file is not a plain run config (a pipeline config, a
@@ -53,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
           f"{summary['time']['wall_s']:.1f}s | train pass (last {cfg.eval.window} updates) "
           f"{m['train_pass_rate_final']:.3f}")
     if args.eval:
-        from rlcore.evaluation import EVAL_SEED, evaluate_run
+        from rlcore.evaluation import EVAL_SEED, eval_line, evaluate_run
 
         result, out = evaluate_run(Path(args.out), "final", seed=EVAL_SEED)
         print(eval_line(Path(args.out), "final", result, out))
@@ -81,7 +83,7 @@ def _replay(args: argparse.Namespace) -> int:
     print(f"replay complete: {args.out} | {summary['updates']} updates in "
           f"{summary['time']['wall_s']:.1f}s | {verdict}")
     if args.eval:
-        from rlcore.evaluation import EVAL_SEED, evaluate_run
+        from rlcore.evaluation import EVAL_SEED, eval_line, evaluate_run
 
         result, out = evaluate_run(Path(args.out), "final", seed=EVAL_SEED)
         print(eval_line(Path(args.out), "final", result, out))
@@ -101,7 +103,7 @@ def _build_base(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from rlcore.evaluation import EVAL_SEED, evaluate_run
+    from rlcore.evaluation import EVAL_SEED, eval_line, evaluate_run
 
     seed = EVAL_SEED if args.seed is None else args.seed
     result, out = evaluate_run(Path(args.run_dir), args.policy, seed=seed)
@@ -109,23 +111,9 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def eval_line(run_dir: Path, policy: str, result: dict[str, Any], out: Path) -> str:
-    """What an evaluation prints: pass rates, and for a final policy the run's state digest
-    and the kernels it computed with, so two runs' lines say whether their weights agree."""
-    line = (f"{policy} policy on {result['tasks']} held-out tasks: greedy pass "
-            f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f}")
-    if policy == "final":
-        rep = json.loads((run_dir / "summary.json").read_text())["reproducibility"]
-        env = rep["environment"]  # runs before runtime.kernels recorded none
-        line += (f" | state {rep['state_digest'][:19]} on {env.get('kernels', 'unrecorded')} "
-                 f"kernels ({env.get('cpu_capability', '?')})")
-    return f"{line} -> {out}"
-
-
 def _bench(args: argparse.Namespace) -> int:
     from rlcore.measure.bench import (
         bench,
-        bench_kernels,
         bench_replay,
         bench_sandbox,
         bench_verifiers,
@@ -146,6 +134,8 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.sweep:
         raise ConfigError("--sweep goes with --virtual")
     elif args.kernels:
+        from rlcore.measure.kernels_bench import bench_kernels
+
         result = bench_kernels(args.config, args.set, args.updates, args.repeats)
     elif args.sandbox:
         result = bench_sandbox(cfg, args.sandbox)
@@ -237,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "help": "override a config key, e.g. --set train.updates=10 (repeatable)"}
 
     r = sub.add_parser("run", help="train one run and write its run directory")
-    r.add_argument("config", help="run config (YAML or JSON)")
+    r.add_argument("config", help=CONFIG_HELP)
     r.add_argument("--out", required=True, help="run directory to write")
     r.add_argument("--force", action="store_true", help="replace a complete run in --out")
     r.add_argument("--set", **overrides)
@@ -288,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     n = sub.add_parser("bench", help="modes side by side, overlap efficiency, weight sync; "
                        "or the code sandbox's evaluations/s, or the verifiers' answers/s")
-    n.add_argument("config", help="run config (YAML or JSON)")
+    n.add_argument("config", help=CONFIG_HELP)
     n.add_argument("--updates", type=int, default=200, help="updates per run of each mode")
     n.add_argument("--repeats", type=int, default=3, help="repetitions of the mode comparison")
     n.add_argument("--floor-steps", type=int, default=100,
@@ -319,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("calibrate", help="time each cost term of the virtual clock on this "
                        "machine for a config's model and devices, and write a hardware profile")
-    c.add_argument("config", help="run config (YAML or JSON)")
+    c.add_argument("config", help=CONFIG_HELP)
     c.add_argument("--out", required=True, help="the profile to write (YAML)")
     c.add_argument("--name", help="the profile's name (default: the file's stem)")
     c.add_argument("--repeats", type=int, default=3, help="timings per size of each term")
@@ -328,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="what a config would do on a hardware profile, without "
                         "a model: updates/s, drops, staleness, speed-up over sync")
-    pl.add_argument("config", help="run config (YAML or JSON)")
+    pl.add_argument("config", help=CONFIG_HELP)
     pl.add_argument("--hardware", help="profile name or path (default: runtime.hardware)")
     pl.add_argument("--sweep", metavar="KEY=V1,V2,...",
                     help="one plan per value, e.g. staleness.staleness_k=0,1,2,4,8")

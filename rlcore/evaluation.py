@@ -100,3 +100,16 @@ def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
         live.write(eval_scalars(result), step=summary["updates"], walltime=time.time())
         live.close()
     return result, out
+
+
+def eval_line(run_dir: Path, policy: str, result: dict[str, Any], out: Path) -> str:
+    """What an evaluation prints: pass rates, and for a final policy the run's state digest
+    and the kernels it computed with, so two runs' lines say whether their weights agree."""
+    line = (f"{policy} policy on {result['tasks']} held-out tasks: greedy pass "
+            f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f}")
+    if policy == "final":
+        rep = json.loads((run_dir / "summary.json").read_text())["reproducibility"]
+        env = rep["environment"]  # runs before runtime.kernels recorded none
+        line += (f" | state {rep['state_digest'][:19]} on {env.get('kernels', 'unrecorded')} "
+                 f"kernels ({env.get('cpu_capability', '?')})")
+    return f"{line} -> {out}"

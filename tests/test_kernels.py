@@ -23,7 +23,7 @@ from rlcore.kernels import (
     take_intel_mkl_paths,
 )
 from rlcore.launcher.protocol import server_key
-from rlcore.measure.bench import bench_kernels
+from rlcore.measure.kernels_bench import bench_kernels
 from rlcore.replay.inputs import environment_differences
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config

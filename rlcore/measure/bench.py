@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +29,7 @@ from rlcore.algo.advantages import compute_advantages
 from rlcore.clock import WALL
 from rlcore.config import MODES, RunConfig
 from rlcore.config.run import Mode
-from rlcore.kernels import PORTABLE_ENV, pin
+from rlcore.kernels import pin
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
 from rlcore.policy.stand_in import QWEN25_05B
@@ -308,54 +305,13 @@ def bench_verifiers(cfg: RunConfig, answers: int, repeats: int) -> dict[str, Any
                 pool.close()
     return {"answers": answers, "repeats": repeats, "workers": cfg.reward.workers,
             "passed_of_answers": passed,
-            "answers_per_s": {v: {phase: _spread(x) for phase, x in p.items()}
+            "answers_per_s": {v: {phase: spread(x) for phase, x in p.items()}
                               for v, p in rates.items()}}
 
 
-def _spread(values: list[float]) -> dict[str, float]:
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of repeated measurements."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-KERNEL_MODES: tuple[Mode, ...] = ("sync", "areal")
-KERNELS = ("portable", "native")
-
-
-def bench_kernels(config: str, overrides: list[str], updates: int, repeats: int
-                  ) -> dict[str, Any]:
-    """Portable against native kernels (`runtime.kernels`, docs/reproducibility.md): a sync
-    and an AReaL-style run of `config`, each in a fresh `rlcore run` process (kernels are
-    fixed per process), `repeats` rounds of the four, interleaved; the measured wall time's
-    median and spread for each, and portable's median over native's per mode. Native runs
-    start without rlcore's kernel variables, so they get the libraries' own choice."""
-    native_env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
-    walls: dict[str, list[float]] = {f"{m}/{k}": [] for m in KERNEL_MODES for k in KERNELS}
-    runs: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(repeats):
-            for name in walls:
-                mode, kernels = name.split("/")
-                out = Path(tmp) / f"{mode}-{kernels}-{rep}"
-                on_policy = ["staleness.staleness_k=0"] if mode == "sync" else []
-                sets = [*overrides, *on_policy, f"mode={mode}", f"runtime.kernels={kernels}",
-                        f"train.updates={updates}", "runtime.progress_every=0",
-                        "runtime.save_policy=false"]
-                argv = [sys.executable, "-m", "rlcore", "run", config, "--out", str(out),
-                        *(a for o in sets for a in ("--set", o))]
-                done = subprocess.run(argv, capture_output=True, text=True,
-                                      env=native_env if kernels == "native" else None)
-                if done.returncode != 0:
-                    raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
-                s = json.loads((out / "summary.json").read_text())
-                env = s["reproducibility"]["environment"]
-                walls[name].append(s["time"]["wall_s"])
-                runs[name] = {"cpu_capability": env["cpu_capability"],
-                              "mkl_cbwr": env["mkl_cbwr"], "cpu": env["cpu"]}
-    for name, values in walls.items():
-        runs[name]["wall_s"] = _spread(values)
-    median = {name: runs[name]["wall_s"]["median"] for name in walls}
-    return {"updates": updates, "repeats": repeats, "runs": runs,
-            "portable_over_native": {m: median[f"{m}/portable"] / median[f"{m}/native"]
-                                     for m in KERNEL_MODES}}
 
 
 def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
@@ -405,7 +361,7 @@ def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
     for label, _ in cfgs:
         live = runs[label]["live"]
         entry: dict[str, Any] = {
-            "live": {k: _spread([f[k] for f in live]) for k in TIMING_KEYS},
+            "live": {k: spread([f[k] for f in live]) for k in TIMING_KEYS},
             "virtual": {k: virtual[label][k] for k in TIMING_KEYS},
             "plan": {k: plans[label][k] for k in TIMING_KEYS},
             "plan_s": plans[label]["plan_s"],
@@ -413,16 +369,16 @@ def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
                           "virtual": virtual[label]["staleness"],
                           "plan": plans[label]["staleness"]},
             "staleness_tv": {
-                "virtual_vs_live": _spread([total_variation(virtual[label]["staleness"],
+                "virtual_vs_live": spread([total_variation(virtual[label]["staleness"],
                                                             f["staleness"]) for f in live]),
-                "plan_vs_live": _spread([total_variation(plans[label]["staleness"],
+                "plan_vs_live": spread([total_variation(plans[label]["staleness"],
                                                          f["staleness"]) for f in live]),
-                "live_vs_live": _spread([total_variation(a["staleness"], b["staleness"])
+                "live_vs_live": spread([total_variation(a["staleness"], b["staleness"])
                                          for i, a in enumerate(live) for b in live[i + 1:]]
                                         or [0.0])},
-            "cost": {"live_call_s": _spread(runs[label]["live_call_s"]),
-                     "virtual_call_s": _spread(runs[label]["virtual_call_s"]),
-                     "ratio": _spread([v / lv for v, lv in zip(
+            "cost": {"live_call_s": spread(runs[label]["live_call_s"]),
+                     "virtual_call_s": spread(runs[label]["virtual_call_s"]),
+                     "ratio": spread([v / lv for v, lv in zip(
                          runs[label]["virtual_call_s"], runs[label]["live_call_s"],
                          strict=True)])}}
         for source in ("virtual", "plan"):
