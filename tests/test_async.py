@@ -397,11 +397,11 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
                                            "7", "rollout0", ledger.t0 + 0.1))
         controller.pump()
         (request,) = channels.trainer_qs[0].items
-        assert controller.manager.accepted == b
+        assert controller.core.manager.accepted == b
         t = ledger.t0 + 0.2
         controller.on_message(UpdateDone(0, request.batch_id, False, 0, 0, "stale base", {},
                                          t, t - 0.1, commit_s=0.001))
-        assert controller.manager.accepted == 0  # the batch gave its capacity back
+        assert controller.core.manager.accepted == 0  # the batch gave its capacity back
         summary = build_summary(ledger.snapshot(), wall_s=1.0, cold_start_s=0.0,
                                 waits=controller.waits,
                                 placement={"cpus": {}, "unpinned_reason": "test"},

@@ -263,12 +263,12 @@ def time_controller(cfg: RunConfig, reps: int, answer_s: float) -> Fit:
                     slots, held = held[:size], held[size:]
                     msg = RolloutBatch("rollout0", samples=[SampleMsg(
                         s, prompt, [rng.randrange(2, 20) for _ in range(response)],
-                        [-1.0] * response, [ctl.version()] * response, True, "7",
+                        [-1.0] * response, [ctl.core.applied] * response, True, "7",
                         "rollout0", clock.now()) for s in slots])
                     # what a rollout message also carries: its schedule record and busy span
                     msg.generation = GenerationRecord(
                         "rollout0", [(s.slot_id, s.attempt, s.group_id) for s in slots],
-                        ctl.version())
+                        ctl.core.applied)
                     msg.generation.chunks = max(1, response // cfg.rollout.chunk_tokens)
                     msg.events.append(Event("span", clock.now(), {
                         "worker": "rollout0", "role": "rollout", "start": clock.now(),
@@ -277,7 +277,7 @@ def time_controller(cfg: RunConfig, reps: int, answer_s: float) -> Fit:
                     while not channels.trainer_qs[0].empty():
                         req = channels.trainer_qs[0].get_nowait()
                         now = clock.now()
-                        timed(UpdateDone(0, req.batch_id, True, ctl.version() + 1,
+                        timed(UpdateDone(0, req.batch_id, True, ctl.core.applied + 1,
                                          req.base_version, "", dict(IN_PLACE_COMMIT), now, now,
                                          0.0), 0, keep=rep > 0)
         finally:

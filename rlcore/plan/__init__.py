@@ -4,6 +4,6 @@
   sampler.py     the rollout's sampler without a model: chunks priced, lengths drawn
   messages.py    what the planner's roles send each other, and what a plan counts
   roles.py       the rollout worker's, trainer's and parameter service's twins
-  controller.py  the controller's twin, with the live admission code and staleness rules
+  controller.py  the controller's transport around the live scheduling core, counting
   planner.py     a plan of a config (async on the virtual clock, sync as a sum), and sweeps
 """

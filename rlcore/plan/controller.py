@@ -1,75 +1,34 @@
-"""The planner's controller: controller.py's decisions, fed by runtime.py's loop, on the
-planner's messages, counting instead of recording.
+"""The planner's controller: the live controller's transport and records around the same
+scheduling core (`rlcore/runners/asynchronous/scheduling.py`), counting instead of recording.
 
-It uses the live controller's admission code (`Dispatcher`) and staleness rules
-(`rlcore/algo/staleness.py`, `rlcore/algo/batching.py`); its message handling and batch
-formation restate the live controller's, which `tests/test_plan.py` holds to the same
-decisions at the same virtual times.
+Every decision (acceptance, resubmission, batch formation, the trainer, admission, waits) is
+the core's; what is left here is the planner's messages and its tally.
 """
 
 from __future__ import annotations
 
 import queue
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from rlcore.algo.batching import take_whole_groups
-from rlcore.algo.staleness import (
-    StalenessManager,
-    accept_on_arrival,
-    fresh_for_batch,
-    staleness,
-)
+from rlcore.algo.staleness import staleness
 from rlcore.clock.work import Handle, Reward
 from rlcore.plan.messages import PlanBatch, PlanCut, PlanSample, PlanTrain, PlanVerdict
 from rlcore.plan.roles import POLL_S, Plan
-from rlcore.runners.asynchronous.dispatch import Dispatcher
-
-
-@dataclass
-class _Pending:
-    sample: PlanSample
-    arrival_version: int
-
-
-@dataclass
-class _Group:
-    unresolved: int
-    accepted: list[_Pending] = field(default_factory=list)
+from rlcore.runners.asynchronous.scheduling import Accepted, SchedulingCore
 
 
 class PlanController:
-    """controller.py's decisions, fed by runtime.py's loop, counting instead of recording."""
+    """runtime.py's loop and controller.py's message handling on the planner's messages."""
 
     def __init__(self, p: Plan):
-        cfg = p.cfg
-        self.p, self.cfg, self.clock = p, cfg, p.clock
-        self.k = cfg.staleness.staleness_k
-        self.batch_size = cfg.train.update_batch_size
-        self.filter_on_arrival = cfg.staleness.staleness_control in ("filter", "both")
-        self.ratio = cfg.staleness.rollout_train_ratio
-        self.manager = StalenessManager(self.k, self.batch_size)
-        self.dispatch = Dispatcher(cfg, p.tasks, p.prompt_q, self.manager)
-        self.groups: dict[int, _Group] = {}
-        self.ready: deque[list[_Pending]] = deque()
-        n = cfg.runtime.trainer_workers
-        self.depth = 2 if n == 1 else 1
-        self.outstanding = [0] * n
-        self.in_training: dict[int, tuple[int, list[_Pending]]] = {}
-        self.applied = self.next_batch = self.generated = 0
-        self.waits = {"trainer_data_s": 0.0, "trainer_ratio_s": 0.0,
-                      "rollout_throttle_s": 0.0, "rollout_ratio_s": 0.0}
+        self.p, self.cfg, self.clock = p, p.cfg, p.clock
+        self.core: SchedulingCore[PlanSample] = SchedulingCore(
+            p.cfg, p.tasks, p.prompt_q, p.cfg.runtime.trainer_workers, p.clock, self)
         self.t_done: float | None = None
-        self._last_pump = self.clock.now()
-        self._blocked: set[str] = set()
 
     @property
-    def done(self) -> bool:
-        return self.applied >= self.cfg.train.updates
-
-    def buffered(self) -> int:
-        return sum(len(g) for g in self.ready)
+    def waits(self) -> dict[str, float]:
+        return self.core.waits
 
     def drive(self) -> float:
         """runtime.py's `drive`: feed the controller until the last update has committed."""
@@ -81,7 +40,7 @@ class PlanController:
                 msg = None
             if msg is not None:
                 self.on_message(msg)
-            self.pump()
+            self.core.pump()
         return self.t_done
 
     def stop(self) -> None:
@@ -119,115 +78,42 @@ class PlanController:
             p.charge("controller", Handle(samples=0))
 
     def on_sample(self, sample: PlanSample) -> None:
-        self.dispatch.returned()
-        self.generated += 1
-        group = self.groups[sample.slot.group_id]
-        s = staleness(self.applied, sample.version)
-        accepted = accept_on_arrival(s, self.k, self.filter_on_arrival)
-        self.manager.returned(accepted=accepted)
-        if accepted:
-            group.accepted.append(_Pending(sample, self.applied))
-        else:
-            self.p.tally.dropped_stale += 1
-        self._resolve(sample.slot.group_id)
+        self.core.arrive(sample.slot.group_id, sample, sample.version)
 
     def on_cut(self, cut: PlanCut) -> None:
-        self.dispatch.returned()
-        self.manager.returned(accepted=False)
-        if cut.slot.attempt < self.cfg.staleness.max_retries:
+        if self.core.cut(cut.slot):
             self.p.tally.resubmissions += 1
-            self.dispatch.retry(cut.slot)
-            return
-        self.p.tally.dropped_interrupted += 1
-        self._resolve(cut.slot.group_id)
+        else:
+            self.p.tally.dropped_interrupted += 1
 
     def on_update(self, msg: PlanVerdict) -> None:
-        planned_base, items = self.in_training.pop(msg.batch_id)
-        self.outstanding[msg.trainer] -= 1
+        batch = self.core.committed(msg.batch_id, msg.trainer, msg.applied)
         tally = self.p.tally
         if not msg.applied:
-            self.manager.released(len(items))
             tally.skipped_commits += 1
-            tally.accepted += [staleness(planned_base, i.sample.version) for i in items]
+            tally.accepted += [staleness(batch.base_version, i.rollout_version)
+                               for i in batch.items]
             return
-        tally.accepted += [staleness(msg.base_version, i.sample.version) for i in items]
-        tally.tokens_trained += sum(i.sample.tokens for i in items)
-        self.manager.trained(len(items))
-        self.applied += 1
-        if self.done and self.t_done is None:
+        tally.accepted += [staleness(msg.base_version, i.rollout_version) for i in batch.items]
+        tally.tokens_trained += sum(i.payload.tokens for i in batch.items)
+        if self.core.done and self.t_done is None:
             self.t_done = msg.t
 
-    def _resolve(self, group_id: int) -> None:
-        group = self.groups[group_id]
-        group.unresolved -= 1
-        if group.unresolved == 0:
-            del self.groups[group_id]
-            if group.accepted:
-                self.ready.append(group.accepted)
+    # --- the core's callbacks -----------------------------------------------------------
+    def dropped_stale(self, payload: PlanSample, version: int) -> None:
+        self.p.tally.dropped_stale += 1
 
-    def pump(self) -> None:
-        now = self.clock.now()
-        for reason in self._blocked:
-            self.waits[reason] += now - self._last_pump
-        self._last_pump = now
-        self._blocked = set()
-        if self.done:
-            return
-        starving = not self.in_training and self.buffered() < self.batch_size
-        prompts, blocked = self.dispatch.pump(self.applied, self.generated, self.next_batch,
-                                              trainer_starving=starving)
-        for prompt in prompts:
-            self.groups[prompt.group_id] = _Group(unresolved=self.cfg.rollout.group_size)
-        if blocked is not None:
-            self._blocked.add(blocked)
-        self._dispatch_batches()
-
-    def _dispatch_batches(self) -> None:
-        while self.applied + len(self.in_training) < self.cfg.train.updates:
-            trainer = min(range(len(self.outstanding)), key=self.outstanding.__getitem__)
-            if self.outstanding[trainer] >= self.depth:
-                return
-            if self.ratio is not None and \
-                    self.generated < self.ratio * self.batch_size * (self.next_batch + 1):
-                self._blocked.add("trainer_ratio_s")
-                return
-            batch = self._take_batch(self.applied + len(self.in_training))
-            if batch is None:
-                if self.outstanding[trainer] == 0:
-                    self._blocked.add("trainer_data_s")
-                return
-            self._send_batch(trainer, batch)
-
-    def _take_batch(self, version: int) -> list[_Pending] | None:
-        for group in self.ready:
-            fresh = [i for i in group if fresh_for_batch(version, i.sample.version, self.k)]
-            self.manager.released(len(group) - len(fresh))
-            self.p.tally.dropped_stale += len(group) - len(fresh)
-            group[:] = fresh
-        taken = take_whole_groups([g for g in self.ready if g], self.batch_size)
-        if taken is None:
-            return None
-        groups, rest = taken
-        self.ready = deque(rest)
-        return [item for group in groups for item in group]
-
-    def _send_batch(self, trainer: int, batch: list[_Pending]) -> None:
-        version = self.applied + len(self.in_training)
-        self.outstanding[trainer] += 1
-        batch_id = self.next_batch
-        self.next_batch += 1
-        self.in_training[batch_id] = (version, batch)
-        lengths = [i.sample.prompt_tokens + i.sample.tokens for i in batch]
+    def send(self, trainer: int, batch_id: int, base_version: int,
+             items: list[Accepted[PlanSample]]) -> None:
+        lengths = [i.payload.prompt_tokens + i.payload.tokens for i in items]
         self.p.trainer_qs[trainer].put(PlanTrain(
-            batch_id, min(i.sample.version for i in batch),
+            batch_id, min(i.rollout_version for i in items),
             update_tokens(lengths, self.cfg.train.minibatches),
             len(lengths) * max(lengths) if self.cfg.train.objective == "decoupled" else 0))
 
     def unsettled(self) -> list[int]:
         """Staleness of the accepted samples never trained, at the version they arrived at."""
-        left = [i for g in self.ready for i in g] \
-            + [i for g in self.groups.values() for i in g.accepted]
-        return [staleness(i.arrival_version, i.sample.version) for i in left]
+        return [staleness(i.arrival_version, i.rollout_version) for i in self.core.leftover()]
 
 
 def update_tokens(lengths: Sequence[int], minibatches: int) -> int:

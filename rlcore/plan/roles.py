@@ -1,7 +1,8 @@
 """The planner's roles: the asynchronous run's roles with the model taken out.
 
 Each role here follows its live counterpart in `rlcore/runners/asynchronous/` step for step
-(rollout.py, trainer.py, param_service.py; the controller's twin is `controller.py`), on the
+(rollout.py, trainer.py, param_service.py; the controller's decisions are the live
+`scheduling.py`'s, called from `controller.py`), on the
 same virtual clock (`rlcore/clock/virtual.py`). What a role computes is only priced: a
 response is a length drawn from `lengths.py` (`sampler.py`), an update is its token count.
 Nothing is written but the counts a plan reports (`planner.py`).

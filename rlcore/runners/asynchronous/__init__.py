@@ -5,7 +5,9 @@
   interfaces.py     the Protocols the vehicles provide (queues, flags, counters)
   contexts.py       what each role is handed: its config and only its channels
   messages.py       the picklable messages between the roles
-  controller.py     dispatch, reward, the staleness rules (rlcore/algo/staleness.py), batching
+  controller.py     reward, the ledger and the advantages around the scheduling core
+  scheduling.py     every scheduling decision, model-free (the planner calls it too)
+  dispatch.py       admission: which prompts go out, and when
   rollout.py        the rollout worker: chunked generation, interrupts
   trainer.py        the trainer worker: updates proposed for commit
   param_service.py  the one writer of the policy and its version clock
