@@ -25,6 +25,7 @@ from rlcore.analysis.tables import (
     table1,
     to_markdown,
 )
+from rlcore.record.identity import RunId
 
 
 class TestMeanCI:
@@ -72,10 +73,12 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
              heldout: float | None, ttt: float | None, stale: int = 0,
              interrupted: int = 0, policy: str = "paper", clock: str = "wall") -> None:
     """A run directory as the pipeline lays it out; `clock` is `wall` or a profile's name."""
-    d = root / clock / mode / policy / f"k{k}" / objective / f"seed{seed}"
+    name = RunId(clock, mode, policy, k, objective, seed)
+    d = root / name.path()
     d.mkdir(parents=True)
     virtual = clock != "wall"
     summary: dict[str, Any] = {
+        "run": name.to_dict(),
         "clock": {"kind": "virtual" if virtual else "wall",
                   "hardware": clock if virtual else None},
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
@@ -107,6 +110,15 @@ def runs(tmp_path: Path) -> list[dict[str, Any]]:
     fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0, policy="none")
     (tmp_path / "wall" / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
     return load_runs(tmp_path)
+
+
+def test_a_run_is_named_by_its_summary_not_by_its_path(tmp_path: Path):
+    fake_run(tmp_path, "areal", 2, "pg", 0, heldout=0.5, ttt=1.0, policy="paper")
+    # the same record under another grid point's directory keeps its own name
+    (tmp_path / "wall/areal/paper/k2/pg/seed0").rename(tmp_path / "wall/areal/paper/k2/pg/seed7")
+    (row,) = load_runs(tmp_path)
+    assert (row["clock"], row["mode"], row["policy"], row["staleness_k"], row["seed"]) == \
+        ("wall", "areal", "paper", 2, 0)
 
 
 def test_load_runs(runs: list[dict[str, Any]]):

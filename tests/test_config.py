@@ -21,8 +21,8 @@ from rlcore.config import (
 )
 from rlcore.config.files import apply_overrides
 
-TOP_LEVEL_KEYS = ["base", "eval", "mode", "model", "reward", "rollout", "runtime", "seed",
-                  "staleness", "task", "train"]
+TOP_LEVEL_KEYS = ["base", "eval", "mode", "model", "policy_name", "reward", "rollout", "runtime",
+                  "seed", "staleness", "task", "train"]
 
 
 def error_of(data: Any) -> str:

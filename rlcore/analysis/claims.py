@@ -30,7 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlcore.analysis.tables import WALL, t975
+from rlcore.analysis.tables import t975
+from rlcore.record.identity import WALL_CLOCK, parse_arm
 
 SUPPORTED, CONTRADICTED, UNRESOLVED = "supported", "contradicted", "unresolved at this power"
 Z975 = 1.959964  # two-sided alpha = 0.05
@@ -81,10 +82,9 @@ class Claim:
 def arm_from_path(path: str, weight: float) -> Arm:
     """An arm from its path CLOCK/MODE/POLICY/kK/OBJECTIVE[/REPLAYED] (the run or replay
     directory without the seed)."""
-    clock, mode, policy, k, objective, *replayed = path.split("/")
-    return Arm(weight=float(weight), clock=clock, mode=mode, policy=policy,
-               staleness_k=int(k.removeprefix("k")), objective=objective,
-               replayed=replayed[0] if replayed else None)
+    f = parse_arm(path)
+    return Arm(weight=float(weight), clock=f["clock"], mode=f["mode"], policy=f["policy"],
+               staleness_k=f["k"], objective=f["objective"], replayed=f["replayed"])
 
 
 def claim_from_config(spec: Mapping[str, Any]) -> Claim:
@@ -104,7 +104,8 @@ def comparison_text(claim: Claim) -> str:
         coef = "" if w == 1 else f"{w:g} x "
         sign = ("- " if arm.weight < 0 else "") if i == 0 else ("- " if arm.weight < 0 else "+ ")
         parts.append(f"{sign}{coef}{arm.label()}")
-    clock = "this machine's clock" if claim.clock == WALL else f"virtual clock ({claim.clock})"
+    clock = "this machine's clock" if claim.clock == WALL_CLOCK \
+        else f"virtual clock ({claim.clock})"
     pairing = "paired by seed" if claim.pairing == "seed" else "unpaired"
     return f"{' '.join(parts)}; {claim.metric}; {clock}; {pairing}"
 

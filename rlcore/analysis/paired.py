@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.analysis.tables import mean_ci95, row_order, t975
+from rlcore.record.identity import RunId
 
 PAIR_KEY = ("clock", "mode", "policy", "staleness_k", "live_objective", "objective")
 
@@ -35,13 +36,13 @@ def welch_ci95(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
 
 
 def replay_row(replay_dir: Path) -> dict[str, Any]:
-    """One replay `.../{clock}/{mode}/{policy}/k{K}/{live objective}/seed{seed}/{objective}`."""
+    """One replay's figures, named as its summary names it."""
     s = json.loads((replay_dir / "summary.json").read_text())
     ev = json.loads((replay_dir / "eval.json").read_text())
-    return {"clock": replay_dir.parents[5].name, "mode": s["mode"],
-            "policy": replay_dir.parents[3].name,
-            "staleness_k": s["staleness_k"], "live_objective": replay_dir.parents[1].name,
-            "objective": s["objective"], "seed": s["seed"],
+    name = RunId.from_dict(s["run"])
+    return {"clock": name.clock, "mode": name.mode, "policy": name.policy,
+            "staleness_k": name.k, "live_objective": name.objective,
+            "objective": name.replayed, "seed": name.seed,
             "kind": s["reproducibility"]["replay"]["kind"], "job_s": s["time"]["job_s"],
             "heldout_pass_rate": ev["sampled_pass_rate"]}
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.config import MODES  # their order is the order of every table and figure
+from rlcore.record.identity import RUN_GLOB, WALL_CLOCK, RunId
 
 # Two-sided 95% Student-t critical values t_{0.975, df} for df = 1..30; 1.96 beyond.
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -34,7 +35,6 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
          2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 GROUP = ("clock", "mode", "policy", "staleness_k", "objective")
-WALL = "wall"  # the clock column of a run timed by this machine's clock
 
 
 def group_order(key: Sequence[Any]) -> tuple[Any, ...]:
@@ -45,19 +45,13 @@ def group_order(key: Sequence[Any]) -> tuple[Any, ...]:
 
 def clock_order(clock: str) -> tuple[bool, str]:
     """Wall-clock runs first, then virtual ones by profile name."""
-    return clock != WALL, clock
+    return clock != WALL_CLOCK, clock
 
 
 def row_order(key: Sequence[Any]) -> tuple[Any, ...]:
     """Sort a GROUP key (clock, mode, policy, K, objective) by clock, then as group_order."""
     clock, *rest = key
     return (clock_order(clock), *group_order(rest))
-
-
-def run_clock(summary: dict[str, Any]) -> str:
-    """The clock column of a run: `wall`, or the hardware profile of its virtual clock."""
-    clock = summary["clock"]
-    return WALL if clock["kind"] == "wall" else clock["hardware"]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -77,22 +71,18 @@ def t975(df: float) -> float:
     return _T975[df - 1] if df <= len(_T975) else 1.96
 
 
-def run_policy(run_dir: Path) -> str:
-    """The policy name of a run directory `.../{policy}/k{K}/{objective}/seed{seed}`."""
-    return Path(run_dir).parents[2].name
-
-
 def run_row(run_dir: Path) -> dict[str, Any]:
     """The figures of one finished run that the tables use."""
     s = json.loads((run_dir / "summary.json").read_text())
     eval_file = run_dir / "eval.json"
     ev = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
     t, m, n = s["tokens"], s["metrics"], s["samples"]
-    clock = run_clock(s)
+    name = RunId.from_dict(s["run"])
+    clock = name.clock
     return {
         "clock": clock,
-        "mode": s["mode"], "policy": run_policy(run_dir), "staleness_k": s["staleness_k"],
-        "objective": s["objective"], "seed": s["seed"], "run_dir": str(run_dir),
+        "mode": name.mode, "policy": name.policy, "staleness_k": name.k,
+        "objective": name.objective, "seed": name.seed, "run_dir": str(run_dir),
         "heldout_pass_rate": ev.get("sampled_pass_rate"),
         "heldout_greedy_pass_rate": ev.get("greedy_pass_rate"),
         "train_pass_rate_final": m["train_pass_rate_final"],
@@ -110,7 +100,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "cold_start_s": s["time"]["cold_start_s"],
         # the job's start-up is this machine's time, before any clock of the run starts: a
         # virtual run has no start-up on its profile's hardware to report
-        "startup_s": s["time"]["startup_s"] if clock == WALL else None,
+        "startup_s": s["time"]["startup_s"] if clock == WALL_CLOCK else None,
         "job_s": s["time"]["job_s"],  # this machine's, on any clock: what a seed costs here
         "contended": s["load"]["contended"],
         "overlap_frac": s["time"]["overlap_frac"],
@@ -149,7 +139,7 @@ def environment_markdown(rows: Sequence[dict[str, Any]]) -> str:
 def load_runs(root: str | Path) -> list[dict[str, Any]]:
     """One row per complete run under root, in a stable order."""
     rows = [run_row(p.parent)
-            for p in sorted(Path(root).glob("*/*/*/k*/*/seed*/summary.json"))]
+            for p in sorted(Path(root).glob(f"{RUN_GLOB}/summary.json"))]
     return sorted(rows, key=lambda r: (*row_order([r[k] for k in GROUP]), r["seed"]))
 
 
@@ -225,7 +215,7 @@ def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                      K_SWEEP)
 
 
-def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL
+def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL_CLOCK
                  ) -> list[dict[str, Any]]:
     """AReaL's Table 2, shaped for this grid: the held-out pass rate of (`mode`, `policy`) per
     objective (rows) and staleness bound K (columns), with sync as the K = 0, on-policy
@@ -267,7 +257,7 @@ def quality_vs_k_markdown(table: Sequence[dict[str, Any]]) -> str:
     if shared:
         lines.append(f"\nSync ran {', '.join(shared)} only: on-policy the four objectives give "
                      "the same gradient, so those runs are every objective's reference.")
-    clocks = sorted({row["clock"] for row in table} - {WALL})
+    clocks = sorted({row["clock"] for row in table} - {WALL_CLOCK})
     if clocks:
         lines.append(f"\nRuns under the virtual clock of {', '.join(clocks)} "
                      "(docs/virtual_clock.md).")
@@ -296,7 +286,7 @@ def to_markdown(table: Sequence[dict[str, Any]], metrics: Sequence[str]) -> str:
             if 0 < row[f"{m}/n"] < row["seeds"]:
                 cell += f" (n={row[f'{m}/n']})"
             cells.append(cell)
-        if row["clock"] != WALL:
+        if row["clock"] != WALL_CLOCK:
             cells.append("n/a (virtual)")
         else:
             cells.append(f"{row['contended']} of {row['seeds']}" if row["contended"] else "no")

@@ -344,6 +344,12 @@ class RunConfig:
         "sync", "Runner: sync (sync_train), async (threaded), areal (multi-process)."
     )
     seed: int = _f(0, "Seed of sampling, task order and training.", minimum=0)
+    policy_name: str | None = _f(
+        None,
+        "The name of the staleness policy these settings came from (the pipeline's "
+        "`policies:` key): it names the run in summary.json's `run` and changes nothing else.",
+        pattern="^[a-z][a-z0-9_]*$",
+    )
     model: ModelConfig = _section(ModelConfig, "The policy model and where it runs.")
     task: TaskConfig = _section(TaskConfig, "The task suite.")
     rollout: RolloutConfig = _section(RolloutConfig, "Generation settings.")

@@ -34,6 +34,7 @@ from rlcore.clock import WALL, Clock
 from rlcore.config import RunConfig
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Generation
+from rlcore.record.identity import RunId
 from rlcore.record.live_metrics import TB_DIR, LiveMetrics, update_scalars
 from rlcore.record.machine_load import LoadMeter, process_age_s
 from rlcore.record.rundir import RunDirectory, environment_info
@@ -302,10 +303,11 @@ class RunLedger:
     def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
                waits: dict[str, float], placement: dict[str, Any],
                devices: dict[str, str], gpu_peak_bytes: dict[str, int | None],
-               replay: dict[str, Any] | None = None) -> dict[str, Any]:
+               replay: dict[str, Any] | None = None, run_id: RunId | None = None
+               ) -> dict[str, Any]:
         """Save the final policy and finalize the run directory (summary.json last);
         `gpu_peak_bytes` is each role's allocator peak on its GPU (None off CUDA); `replay`
-        says what a replay run replayed."""
+        says what a replay run replayed, `run_id` its name (default: the config's)."""
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
         snapshot = self.snapshot()
@@ -313,6 +315,7 @@ class RunLedger:
                                 placement=placement,
                                 load=self.load.summary(self._worker_cpu_s))
         summary["clock"] = self.clock.describe()
+        summary["run"] = (run_id or RunId.of(self.cfg, summary["clock"])).to_dict()
         summary["gpu_peak_bytes"] = gpu_peak_bytes
         schedule = "\n".join(self.schedule.lines()) + "\n"
         summary["reproducibility"] = reproducibility(

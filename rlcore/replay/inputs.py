@@ -17,6 +17,7 @@ from typing import Any
 
 from rlcore.config import ConfigError, RunConfig, config_from_dict
 from rlcore.config.files import apply_overrides
+from rlcore.record.identity import RunId
 from rlcore.record.rundir import is_complete, read_jsonl
 from rlcore.record.schedule import SCHEDULE_FILE, Schedule, ScheduleError, read_schedule
 
@@ -39,6 +40,10 @@ class Original:
     @property
     def cfg(self) -> RunConfig:
         return config_from_dict(self.config)
+
+    def run_id(self) -> RunId:
+        """The replayed run's name (derived from its record, so older runs have one too)."""
+        return RunId.of(self.cfg, self.summary["clock"])
 
     @property
     def environment(self) -> dict[str, Any]:

@@ -391,7 +391,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
             placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
             devices={"rollout": device, "trainer": device},
             gpu_peak_bytes=dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(replay.device)),
-            replay=info)
+            replay=info, run_id=original.run_id().replayed_under(cfg.train.objective))
     finally:
         if replay is not None:
             replay.rewards.close()

@@ -18,6 +18,14 @@ from rlcore.code_digest import (
 from rlcore.config import MODES, config_from_dict
 from rlcore.errors import ConfigError
 from rlcore.policy.model_dir import missing_model_files
+from rlcore.record.identity import (
+    FILE_PATTERN,
+    REPLAY_PATTERN,
+    RUN_PATTERN,
+    WALL_CLOCK,
+    RunId,
+    parse_arm,
+)
 
 validate(config, "../schemas/config.schema.yaml")
 # The run section resolved in full once (defaults filled in, errors raised before any job
@@ -58,9 +66,9 @@ def _merge(base, extra):
     return out
 
 
-# The clock wildcard, the first level of a run's path and the tables' `clock` column: `wall`
-# for this machine's clock, else the hardware profile's name (a block's `virtual:NAME`).
-WALL = "wall"
+# A run's directory below runs/, a replay's below replays/, and the stem of a run's config
+# and log files are rlcore.record.identity's patterns, whose fields are the wildcards; the
+# clock level is WALL_CLOCK for this machine's clock, else the hardware profile's name.
 
 
 def clock_name(clock):
@@ -93,7 +101,7 @@ def grid_points():
 
 def wall_points():
     """The grid points timed by the wall clock."""
-    return [p for p in grid_points() if p["clock"] == WALL]
+    return [p for p in grid_points() if p["clock"] == WALL_CLOCK]
 
 
 def trace_modes():
@@ -121,14 +129,6 @@ def replay_points():
     ]
 
 
-# A run's directory below runs/, a replay's below replays/, and the name of a run's config
-# and log files below configs/ and logs/: the clock first, so that a wall and a virtual run
-# of the same point never share a path.
-RUN_ID = "{clock}/{mode}/{policy}/k{k}/{objective}/seed{seed}"
-REPLAY_ID = "{clock}/{mode}/{policy}/k{k}/{objective}/seed{seed}/{replayed}"
-RUN_FILE = "{clock}/{mode}-{policy}-k{k}-{objective}-seed{seed}"
-
-
 wildcard_constraints:
     clock="[A-Za-z0-9][A-Za-z0-9._-]*",
     mode="|".join(MODES),
@@ -143,7 +143,7 @@ def run_settings(wildcards):
     """The full, validated run config of one grid point; passed as a parameter, so an edit
     reruns exactly the runs it changes. The point's clock is its block's, whatever `run`
     or the policy say."""
-    if wildcards.clock == WALL:
+    if wildcards.clock == WALL_CLOCK:
         runtime = {"clock": "wall"}
     else:
         runtime = {"clock": "virtual", "hardware": wildcards.clock}
@@ -153,6 +153,7 @@ def run_settings(wildcards):
         {
             "mode": wildcards.mode,
             "seed": int(wildcards.seed),
+            "policy_name": wildcards.policy,
             "staleness": {"staleness_k": int(wildcards.k)},
             "train": {"objective": wildcards.objective},
             "runtime": runtime,
@@ -164,7 +165,7 @@ def run_settings(wildcards):
 def hardware_input(wildcards):
     """A virtual run's hardware profile file, so that editing the profile reruns exactly
     the runs it prices; a wall-clock run reads none."""
-    return [] if wildcards.clock == WALL else [str(profile_path(wildcards.clock))]
+    return [] if wildcards.clock == WALL_CLOCK else [str(profile_path(wildcards.clock))]
 
 
 def base_settings():
@@ -184,17 +185,19 @@ def base_input(wildcards):
 def all_runs(filename):
     """One path per grid point, e.g. results/runs/wall/areal/paper/k2/pg/seed0/summary.json
     or results/runs/v100x2-qwen0.5b-fp16/sync/none/k0/pg/seed0/summary.json."""
-    return [f"{R}/runs/{RUN_ID.format(**p)}/{filename}" for p in grid_points()]
+    return [f"{R}/runs/{RUN_PATTERN.format(**p)}/{filename}" for p in grid_points()]
 
 
 def base_eval_file():
     """eval_base.json: the base model on the held-out split, in the first grid point's run."""
-    return f"{R}/runs/{RUN_ID.format(**grid_points()[0])}/eval_base.json"
+    return f"{R}/runs/{RUN_PATTERN.format(**grid_points()[0])}/eval_base.json"
 
 
 def all_replays(filename):
     """One path per replay, e.g. results/replays/wall/areal/paper/k2/pg/seed0/a3po/eval.json."""
-    return [f"{R}/replays/{REPLAY_ID.format(**p)}/{filename}" for p in replay_points()]
+    return [
+        f"{R}/replays/{REPLAY_PATTERN.format(**p)}/{filename}" for p in replay_points()
+    ]
 
 
 def replayed_runs(filename):
@@ -203,7 +206,7 @@ def replayed_runs(filename):
     mode, policy, K)."""
     arms = {(p["clock"], p["mode"], p["policy"], p["k"]) for p in replay_points()}
     return [
-        f"{R}/runs/{RUN_ID.format(**p)}/{filename}"
+        f"{R}/runs/{RUN_PATTERN.format(**p)}/{filename}"
         for p in grid_points()
         if (p["clock"], p["mode"], p["policy"], p["k"]) in arms
     ]
@@ -213,7 +216,7 @@ def claim_arms_of(claim):
     """A claim's arms as (path, kind): kind `run` for CLOCK/MODE/POLICY/kK/OBJECTIVE,
     `replay` for one more level, the objective it is replayed under."""
     return [
-        (arm, "replay" if len(Path(arm).parts) == 6 else "run")
+        (arm, "replay" if parse_arm(arm)["replayed"] is not None else "run")
         for arm in claim["contrast"]
     ]
 
@@ -224,11 +227,8 @@ def claim_arms():
 
 
 def point_arm(point):
-    """A grid point's (or replay's) arm path: its RUN_ID (REPLAY_ID) without the seed."""
-    levels = [point[key] for key in ("clock", "mode", "policy")]
-    levels += [f"k{point['k']}", point["objective"]]
-    levels += [point["replayed"]] if "replayed" in point else []
-    return str(Path(*levels))
+    """A grid point's (or replay's) arm: its name without the seed."""
+    return RunId(**point).arm()
 
 
 def claim_inputs(filename):
@@ -236,12 +236,12 @@ def claim_inputs(filename):
     the runs under results/runs/, the replays under results/replays/."""
     wanted = {arm for arm, _ in claim_arms()}
     runs = [
-        f"{R}/runs/{RUN_ID.format(**p)}/{filename}"
+        f"{R}/runs/{RUN_PATTERN.format(**p)}/{filename}"
         for p in grid_points()
         if point_arm(p) in wanted
     ]
     replays = [
-        f"{R}/replays/{REPLAY_ID.format(**p)}/{filename}"
+        f"{R}/replays/{REPLAY_PATTERN.format(**p)}/{filename}"
         for p in replay_points()
         if point_arm(p) in wanted
     ]
@@ -283,7 +283,7 @@ def trace_point(mode):
 def trace_runs(wildcards):
     """summary.json of each mode's trace run, in the order of trace_modes()."""
     return [
-        f"{R}/runs/{RUN_ID.format(**trace_point(mode))}/summary.json"
+        f"{R}/runs/{RUN_PATTERN.format(**trace_point(mode))}/summary.json"
         for mode in trace_modes()
     ]
 
@@ -319,7 +319,7 @@ def plan_runs():
     the plan point's objective, every K and seed."""
     objective = plan_point()["objective"]
     return [
-        f"{R}/runs/{RUN_ID.format(**p)}/summary.json"
+        f"{R}/runs/{RUN_PATTERN.format(**p)}/summary.json"
         for p in k_axis_points()
         if p["objective"] == objective
     ]
@@ -340,14 +340,14 @@ def plan_profile():
 def check_clock(where, clock):
     """A `clock` setting names `wall` or a hardware profile under config/hardware/ whose
     `name` is its file name (the name virtual runs record, which the tables show)."""
-    if clock == WALL:
+    if clock == WALL_CLOCK:
         return
     name = clock_name(clock)
     shipped = ", ".join(sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml")))
-    if name == WALL or name.endswith((".yaml", ".yml")):
+    if name == WALL_CLOCK or name.endswith((".yaml", ".yml")):
         raise ValueError(
             f"{where} = '{clock}': write virtual:NAME with NAME a hardware profile's name "
-            f"(a file config/hardware/NAME.yaml, NAME not '{WALL}'), one of {shipped}"
+            f"(a file config/hardware/NAME.yaml, NAME not '{WALL_CLOCK}'), one of {shipped}"
         )
     path = HARDWARE_DIR / f"{name}.yaml"
     if not path.is_file():

@@ -5,8 +5,8 @@
 
 rule plan_k_sweep:
     input:
-        config=f"{R}/configs/{RUN_FILE.format(**plan_point())}.json",
-        run=f"{R}/runs/{RUN_ID.format(**plan_point())}/summary.json",
+        config=f"{R}/configs/{FILE_PATTERN.format(**plan_point())}.json",
+        run=f"{R}/runs/{RUN_PATTERN.format(**plan_point())}/summary.json",
     output:
         f"{R}/plans/k_sweep.json",
     log:

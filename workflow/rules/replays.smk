@@ -8,12 +8,12 @@ rule replay:
     # objective the replay is a verification: it fails unless it reproduces the run bit
     # for bit.
     input:
-        run=f"{R}/runs/{RUN_ID}/summary.json",
+        run=f"{R}/runs/{RUN_PATTERN}/summary.json",
     output:
-        summary=f"{R}/replays/{REPLAY_ID}/summary.json",
-        eval=f"{R}/replays/{REPLAY_ID}/eval.json",
+        summary=f"{R}/replays/{REPLAY_PATTERN}/summary.json",
+        eval=f"{R}/replays/{REPLAY_PATTERN}/eval.json",
     log:
-        f"{R}/logs/replays/{RUN_FILE}-{{replayed}}.log",
+        f"{R}/logs/replays/{FILE_PATTERN}-{{replayed}}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:

@@ -1,8 +1,8 @@
 rule run_config:
     output:
-        f"{R}/configs/{RUN_FILE}.json",
+        f"{R}/configs/{FILE_PATTERN}.json",
     log:
-        f"{R}/logs/configs/{RUN_FILE}.log",
+        f"{R}/logs/configs/{FILE_PATTERN}.log",
     conda:
         "../envs/rlcore.yaml"
     params:
@@ -16,14 +16,14 @@ rule run:
     # same process on the same GPUs: torch and the run's device are already set up, and the
     # Snakemake process itself never imports torch. RUNTIME_CODE covers both steps.
     input:
-        config=f"{R}/configs/{RUN_FILE}.json",
+        config=f"{R}/configs/{FILE_PATTERN}.json",
         base=base_input,
         hardware=hardware_input,
     output:
-        summary=f"{R}/runs/{RUN_ID}/summary.json",
-        eval=f"{R}/runs/{RUN_ID}/eval.json",
+        summary=f"{R}/runs/{RUN_PATTERN}/summary.json",
+        eval=f"{R}/runs/{RUN_PATTERN}/eval.json",
     log:
-        f"{R}/logs/runs/{RUN_FILE}.log",
+        f"{R}/logs/runs/{FILE_PATTERN}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:
@@ -45,11 +45,11 @@ rule base_eval:
     # The base model scored on the held-out split with the runs' settings, beside the first
     # grid point's run (its config says how): the response-length figure's reference.
     input:
-        run=f"{R}/runs/{RUN_ID}/summary.json",
+        run=f"{R}/runs/{RUN_PATTERN}/summary.json",
     output:
-        f"{R}/runs/{RUN_ID}/eval_base.json",
+        f"{R}/runs/{RUN_PATTERN}/eval_base.json",
     log:
-        f"{R}/logs/base_eval/{RUN_FILE}.log",
+        f"{R}/logs/base_eval/{FILE_PATTERN}.log",
     conda:
         "../envs/rlcore.yaml"
     resources:

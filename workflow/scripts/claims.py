@@ -1,5 +1,6 @@
 """The claims table from the runs and replays its claims name (rlcore.analysis.claims)."""
 
+import json
 from pathlib import Path
 
 from rlcore.analysis.claims import claim_from_config, claims_markdown, claims_table, row_key
@@ -11,7 +12,7 @@ from rlcore.analysis.tables import logged, run_row, write_csv
 def row(summary):
     """A run's row or a replay's, keyed as the claims' arms are."""
     d = Path(summary).parent
-    if not d.name.startswith("seed"):  # a replay: .../seed{seed}/{replayed}
+    if json.loads(Path(summary).read_text())["run"]["replayed"] is not None:
         r = replay_row(d)
         return {**r, "objective": r["live_objective"], "replayed": r["objective"]}
     return {**run_row(d), "replayed": None}

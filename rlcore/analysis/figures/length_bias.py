@@ -17,7 +17,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from rlcore.analysis.figures.style import plt, read_jsonl, save
-from rlcore.analysis.tables import WALL
+from rlcore.record.identity import WALL_CLOCK
 
 COUNT_KEYS = ("rows", "dropped_stale", "restarted")
 MIN_ROWS = 20  # below this a length's rates are mostly noise, so the figure leaves it out
@@ -67,7 +67,7 @@ def runs_length_counts(run_dirs: Iterable[Path]) -> dict[int, dict[str, int]]:
     return dict(sorted(total.items()))
 
 
-def runs_by_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL
+def runs_by_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL_CLOCK
               ) -> dict[int, list[Path]]:
     """The run directories of (`mode`, `policy`) on `clock` by K (sorted), from
     `analysis.run_row` rows."""

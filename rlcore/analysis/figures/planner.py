@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.analysis.figures.style import MODE_LABEL, plt, save
-from rlcore.analysis.tables import WALL, mean_ci95
+from rlcore.analysis.tables import mean_ci95
+from rlcore.record.identity import WALL_CLOCK
 from rlcore.record.timing import run_timing
 
 PANELS = (("updates_per_s", "updates / s"), ("stale_drop_rate", "stale-drop rate"),
@@ -55,7 +56,7 @@ def draw_plan_vs_measured(plans: Sequence[dict[str, Any]], run_dirs: Iterable[Pa
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     hardware = planned[0][1]["hardware"] if planned else "?"
-    on = "this machine's clock" if clock == WALL else f"virtual clock {clock}"
+    on = "this machine's clock" if clock == WALL_CLOCK else f"virtual clock {clock}"
     fig.suptitle(f"{MODE_LABEL[mode]}, policy {policy}: planned on {hardware} against "
                  f"measured on {on}", fontsize=10)
     save(fig, png, svg)

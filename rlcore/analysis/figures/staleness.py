@@ -27,7 +27,8 @@ from rlcore.analysis.figures.style import (
     save,
     seconds_of,
 )
-from rlcore.analysis.tables import WALL, mean_ci95, quality_vs_k
+from rlcore.analysis.tables import mean_ci95, quality_vs_k
+from rlcore.record.identity import WALL_CLOCK
 
 
 def staleness_counts(run_dirs: Iterable[Path]) -> dict[str, dict[int, int]]:
@@ -117,7 +118,7 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
         ax.axvline(k + 0.5, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xticks(xs)
         dropped = sum(counts["dropped_stale"].values()) / max(total, 1)
-        on = "" if clock == WALL else f"\nvirtual clock: {clock}"
+        on = "" if clock == WALL_CLOCK else f"\nvirtual clock: {clock}"
         ax.set_title(f"{config_label(mode, policy, k)} (dropped {dropped:.1%}){on}",
                      fontsize=9)
         ax.set_xlabel("staleness (policy versions)")
@@ -131,7 +132,7 @@ OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e729
 
 
 def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
-                      mode: str, policy: str, clock: str = WALL) -> None:
+                      mode: str, policy: str, clock: str = WALL_CLOCK) -> None:
     """AReaL's Table 2 as a figure: held-out pass rate against K per objective, for one
     asynchronous (mode, policy) on one clock, with sync as the on-policy reference
     (dashed)."""
@@ -156,7 +157,7 @@ def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
                        linewidth=0.9, linestyle="--")
             sync_drawn.add(row["sync/mean"])
     ax.set_xticks(sorted(all_ks))
-    on = "" if clock == WALL else f", virtual clock {clock}"
+    on = "" if clock == WALL_CLOCK else f", virtual clock {clock}"
     ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)}, policy {policy}{on})")
     ax.set_ylabel("held-out sampled pass rate")
     ax.grid(alpha=0.3)

@@ -22,12 +22,11 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from rlcore.algo.metrics import moving_average  # noqa: E402
 from rlcore.analysis.tables import (  # noqa: E402
-    WALL,
     clock_order,
     group_order,
     mean_ci95,
-    run_policy,
 )
+from rlcore.record.identity import WALL_CLOCK, RunId  # noqa: E402
 from rlcore.record.rundir import read_jsonl  # noqa: E402
 
 MODE_LABEL = {"sync": "sync", "async": "threaded async", "areal": "AReaL-style"}
@@ -66,8 +65,8 @@ def config_order(key: Config) -> tuple[int, str, int, str]:
 
 def run_key(run_dir: Path) -> Config:
     """(mode, policy, K, objective) of a run directory."""
-    s = json.loads((run_dir / "summary.json").read_text())
-    return s["mode"], run_policy(run_dir), s["staleness_k"], s["objective"]
+    name = RunId.from_dict(json.loads((run_dir / "summary.json").read_text())["run"])
+    return name.mode, name.policy, name.k, name.objective
 
 
 Row = dict[str, Any]  # one run's figures, as `rlcore.analysis.tables.run_row` gives them
@@ -83,12 +82,12 @@ def by_clock(rows: Iterable[Row]) -> dict[str, list[Row]]:
 
 def clock_title(clock: str) -> str:
     """A panel's title for the runs of one clock."""
-    return "wall clock (this machine)" if clock == WALL else f"virtual clock: {clock}"
+    return "wall clock (this machine)" if clock == WALL_CLOCK else f"virtual clock: {clock}"
 
 
 def seconds_of(clock: str) -> str:
     """Which seconds a clock counts, for axis labels."""
-    return "wall clock" if clock == WALL else f"virtual: {clock}"
+    return "wall clock" if clock == WALL_CLOCK else f"virtual: {clock}"
 
 
 def group_rows(rows: Iterable[Row]) -> dict[Config, list[Row]]:
