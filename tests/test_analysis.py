@@ -22,8 +22,10 @@ from rlcore.analysis.tables import (
     k_sweep,
     load_runs,
     mean_ci95,
+    read_runs,
     table1,
     to_markdown,
+    write_runs,
 )
 from rlcore.record.identity import RunId
 
@@ -119,6 +121,14 @@ def test_a_run_is_named_by_its_summary_not_by_its_path(tmp_path: Path):
     (row,) = load_runs(tmp_path)
     assert (row["clock"], row["mode"], row["policy"], row["staleness_k"], row["seed"]) == \
         ("wall", "areal", "paper", 2, 0)
+
+
+def test_the_runs_table_keeps_every_value_and_its_type(tmp_path: Path,
+                                                       runs: list[dict[str, Any]]):
+    write_runs(tmp_path / "runs.parquet", [Path(r["run_dir"]) for r in reversed(runs)])
+    back = read_runs(tmp_path / "runs.parquet")
+    assert back == runs  # in table order, None (no threshold, no eval) and bools kept
+    assert read_runs(tmp_path / "runs.parquet", replays=True) == []
 
 
 def test_load_runs(runs: list[dict[str, Any]]):

@@ -30,9 +30,9 @@ def live(objective: str, passes: list[float]) -> list[dict]:
 
 
 def replays(objective: str, passes: list[float]) -> list[dict]:
+    """Replays of the pg runs under `objective`, as `run_row` names them."""
     return [{"clock": "wall", "mode": "areal", "policy": "paper", "staleness_k": 2,
-             "live_objective": "pg",
-             "objective": objective, "seed": s, "heldout_pass_rate": p}
+             "objective": "pg", "replayed": objective, "seed": s, "heldout_pass_rate": p}
             for s, p in enumerate(passes)]
 
 

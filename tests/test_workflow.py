@@ -20,8 +20,10 @@ import pytest
 import yaml
 
 from rlcore.analysis.prompts import run_short_bias
+from rlcore.analysis.tables import read_runs
 from rlcore.clock.profile import HARDWARE_DIR, profile_path
 from rlcore.policy.stand_in import build_stand_in
+from rlcore.record.identity import RunId
 from tests.conftest import small_config
 
 # Every test here starts Snakemake at least once (seconds each): the slow tier.
@@ -161,6 +163,23 @@ def test_full_run_produces_tables_figures_and_report(pipeline: Path):
         assert (results / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
         assert "<svg" in (results / "figures" / f"{name}.svg").read_text()[:2000], name
     assert (results / "report.html").stat().st_size > 100_000
+
+
+def test_each_run_and_replay_is_named_and_is_one_row_of_the_runs_table(pipeline: Path):
+    """A run writes its own name, the directory the pipeline gave it is that name's path, and
+    the runs table holds one row per run and replay under that name."""
+    results = pipeline / "results"
+    named = {}
+    for kind in ("runs", "replays"):
+        for summary in results.glob(f"{kind}/**/summary.json"):
+            name = RunId.from_dict(json.loads(summary.read_text())["run"])
+            assert summary.parent == results / kind / name.path()
+            named[name] = summary.parent
+    assert {n.path() for n in named} == {*RUN_IDS, f"{RUN_IDS[1]}/pg", f"{RUN_IDS[1]}/decoupled"}
+    rows = read_runs(results / "tables" / "runs.parquet", replays=None)
+    assert {RunId(r["clock"], r["mode"], r["policy"], r["staleness_k"], r["objective"],
+                  r["seed"], r["replayed"]): Path(r["run_dir"]) for r in rows} == \
+        {n: d.relative_to(pipeline) for n, d in named.items()}
 
 
 def test_claims_table_compares_the_arms_it_names(pipeline: Path):
@@ -391,7 +410,9 @@ def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):
     stale = [j for j in planned_job_blocks(result) if j["rule"] == "run"]
     assert [j["wildcards"] for j in stale] == [
         f"clock={V100}, mode=areal, policy=paper, k=1, objective=pg, seed=0"]
-    assert set(planned_jobs(result)) == {"run", "tables", "figures", "all"}
+    # the analyses all read the one runs table, which holds every run
+    assert set(planned_jobs(result)) == {"run", "runs_table", "tables", "figures", "claims",
+                                         "replay_table", "all"}
 
 
 @pytest.fixture
@@ -439,9 +460,10 @@ def append_comment(path: Path) -> None:
     path.write_text(path.read_text() + "\n# an edit\n")
 
 
-ALL_BUT_BASE = {"run", "replay", "tables", "figures", "trace_figures", "replay_table",
-                "plan_k_sweep", "plan_figure", "base_eval", "claims"}
-ANALYSIS = {"tables", "figures", "trace_figures", "replay_table", "plan_figure", "claims"}
+ALL_BUT_BASE = {"run", "replay", "runs_table", "tables", "figures", "trace_figures",
+                "replay_table", "plan_k_sweep", "plan_figure", "base_eval", "claims"}
+ANALYSIS = {"runs_table", "tables", "figures", "trace_figures", "replay_table", "plan_figure",
+            "claims"}
 
 
 @pytest.mark.parametrize(("edited", "rerun"), [

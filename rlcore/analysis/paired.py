@@ -10,15 +10,12 @@ between every pair of runs.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from rlcore.analysis.tables import mean_ci95, row_order, t975
-from rlcore.record.identity import RunId
 
 PAIR_KEY = ("clock", "mode", "policy", "staleness_k", "live_objective", "objective")
 
@@ -35,24 +32,15 @@ def welch_ci95(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     return diff, t975(df) * math.sqrt(va + vb)
 
 
-def replay_row(replay_dir: Path) -> dict[str, Any]:
-    """One replay's figures, named as its summary names it."""
-    s = json.loads((replay_dir / "summary.json").read_text())
-    ev = json.loads((replay_dir / "eval.json").read_text())
-    name = RunId.from_dict(s["run"])
-    return {"clock": name.clock, "mode": name.mode, "policy": name.policy,
-            "staleness_k": name.k, "live_objective": name.objective,
-            "objective": name.replayed, "seed": name.seed,
-            "kind": s["reproducibility"]["replay"]["kind"], "job_s": s["time"]["job_s"],
-            "heldout_pass_rate": ev["sampled_pass_rate"]}
-
-
 def paired_table(live: Iterable[dict[str, Any]], replays: Iterable[dict[str, Any]]
                  ) -> list[dict[str, Any]]:
     """Per (mode, policy, K, live objective, replayed objective): the replays' held-out pass
     rate, the paired difference against the live runs they replay, and the unpaired difference
-    between independent live runs of the two objectives (where the grid has them)."""
+    between independent live runs of the two objectives (where the grid has them). Rows are
+    `tables.run_row`'s: a replay's `objective` is its live run's, `replayed` its own."""
     live = list(live)
+    replays = [{**r, "live_objective": r["objective"], "objective": r["replayed"]}
+               for r in replays]
     by_point = {(r["clock"], r["mode"], r["policy"], r["staleness_k"], r["objective"],
                  r["seed"]): r["heldout_pass_rate"]
                 for r in live if r["heldout_pass_rate"] is not None}

@@ -1,11 +1,14 @@
 """From run directories to the paper's tables: one row per run, then means over seeds.
 
-Runs live at `<root>/{clock}/{mode}/{policy}/k{K}/{objective}/seed{seed}/` (the pipeline's
-`RUN_ID`, workflow/rules/common.smk); the policy is the name the pipeline config gives the
-run's staleness settings (`policies:`), read from that path. A run contributes once its
-summary.json exists; its held-out pass rate comes from eval.json when `rlcore eval` has
-scored it. Aggregates are the mean and the half-width of a
-two-sided 95% Student-t confidence interval over seeds (0 with a single seed).
+A run's row is named by its summary's `run` (rlcore/record/identity.py), never by its path:
+the policy is the name the pipeline config gives the run's staleness settings
+(`policies:`), and a replay's row also names the objective it is replayed under
+(`replayed`; None for a run). The pipeline collects every row once into
+`results/tables/runs.parquet` (`write_runs`), which the tables, claims and figures read
+(`read_runs`). A run contributes once its summary.json exists; its held-out pass rate
+comes from eval.json when `rlcore eval` has scored it. Aggregates are the mean and the
+half-width of a two-sided 95% Student-t confidence interval over seeds (0 with a single
+seed).
 
 Every row has a `clock`: `wall` for a run timed by this machine's clock, else the name of the
 hardware profile whose virtual clock timed it (docs/virtual_clock.md). Seconds of different
@@ -79,10 +82,12 @@ def run_row(run_dir: Path) -> dict[str, Any]:
     t, m, n = s["tokens"], s["metrics"], s["samples"]
     name = RunId.from_dict(s["run"])
     clock = name.clock
+    replay = s["reproducibility"].get("replay")
     return {
         "clock": clock,
         "mode": name.mode, "policy": name.policy, "staleness_k": name.k,
-        "objective": name.objective, "seed": name.seed, "run_dir": str(run_dir),
+        "objective": name.objective, "seed": name.seed, "replayed": name.replayed,
+        "replay_kind": replay["kind"] if replay else None, "run_dir": str(run_dir),
         "heldout_pass_rate": ev.get("sampled_pass_rate"),
         "heldout_greedy_pass_rate": ev.get("greedy_pass_rate"),
         "train_pass_rate_final": m["train_pass_rate_final"],
@@ -134,6 +139,27 @@ def environment_markdown(rows: Sequence[dict[str, Any]]) -> str:
         cells = [str(r[k]) for k in (*GROUP, "seed", *PROVENANCE[:-1])]
         lines.append("| " + " | ".join([*cells, f"`{r['state_digest'][7:19]}`"]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_runs(path: str | Path, run_dirs: Iterable[str | Path]) -> None:
+    """The rows of these runs and replays as one Parquet table (types and nulls kept)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [run_row(Path(d)) for d in run_dirs]
+    rows.sort(key=lambda r: (*row_order([r[k] for k in GROUP]), r["seed"], r["replayed"] or ""))
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def read_runs(path: str | Path, *, replays: bool | None = False) -> list[dict[str, Any]]:
+    """The rows `write_runs` wrote: the runs (default), the replays (`replays=True`) or both
+    (None), in table order."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(path).to_pylist()
+    if replays is None:
+        return rows
+    return [r for r in rows if (r["replayed"] is not None) == replays]
 
 
 def load_runs(root: str | Path) -> list[dict[str, Any]]:

@@ -1,7 +1,26 @@
-rule tables:
+rule runs_table:
+    # Every finished run and replay, a row each: its name and its summary's figures. The
+    # tables, claims and figures read this one file rather than every run directory.
     input:
         summaries=all_runs("summary.json"),
         evals=all_runs("eval.json"),
+        replay_summaries=all_replays("summary.json"),
+        replay_evals=all_replays("eval.json"),
+    output:
+        RUNS_TABLE,
+    log:
+        f"{R}/logs/runs_table.log",
+    conda:
+        "../envs/rlcore.yaml"
+    params:
+        code=analysis_code("runs.py"),
+    script:
+        "../scripts/runs.py"
+
+
+rule tables:
+    input:
+        runs=RUNS_TABLE,
     output:
         table1_csv=f"{R}/tables/table1.csv",
         table1_md=report(
@@ -42,8 +61,7 @@ rule claims:
     # The claims table, first in the report: each claim of config `claims` tested on the
     # runs and replays its contrast names, with a verdict from the 95 % interval.
     input:
-        summaries=claim_inputs("summary.json"),
-        evals=claim_inputs("eval.json"),
+        runs=RUNS_TABLE,
     output:
         csv=f"{R}/tables/claims.csv",
         md=report(

@@ -182,6 +182,10 @@ def base_input(wildcards):
     return [model_path()] if config["build_base"] else []
 
 
+# Every run's and replay's row (rlcore.analysis.tables.write_runs): what analysis reads.
+RUNS_TABLE = f"{R}/tables/runs.parquet"
+
+
 def all_runs(filename):
     """One path per grid point, e.g. results/runs/wall/areal/paper/k2/pg/seed0/summary.json
     or results/runs/v100x2-qwen0.5b-fp16/sync/none/k0/pg/seed0/summary.json."""
@@ -197,18 +201,6 @@ def all_replays(filename):
     """One path per replay, e.g. results/replays/wall/areal/paper/k2/pg/seed0/a3po/eval.json."""
     return [
         f"{R}/replays/{REPLAY_PATTERN.format(**p)}/{filename}" for p in replay_points()
-    ]
-
-
-def replayed_runs(filename):
-    """The live runs the replays replay (and the live runs of the objectives they are
-    replayed under, for the unpaired comparison): every grid point at a replayed (clock,
-    mode, policy, K)."""
-    arms = {(p["clock"], p["mode"], p["policy"], p["k"]) for p in replay_points()}
-    return [
-        f"{R}/runs/{RUN_PATTERN.format(**p)}/{filename}"
-        for p in grid_points()
-        if (p["clock"], p["mode"], p["policy"], p["k"]) in arms
     ]
 
 
@@ -229,23 +221,6 @@ def claim_arms():
 def point_arm(point):
     """A grid point's (or replay's) arm: its name without the seed."""
     return RunId(**point).arm()
-
-
-def claim_inputs(filename):
-    """summary.json (or eval.json) of every run and replay an arm of the claims selects:
-    the runs under results/runs/, the replays under results/replays/."""
-    wanted = {arm for arm, _ in claim_arms()}
-    runs = [
-        f"{R}/runs/{RUN_PATTERN.format(**p)}/{filename}"
-        for p in grid_points()
-        if point_arm(p) in wanted
-    ]
-    replays = [
-        f"{R}/replays/{REPLAY_PATTERN.format(**p)}/{filename}"
-        for p in replay_points()
-        if point_arm(p) in wanted
-    ]
-    return runs + replays
 
 
 def check_claims():

@@ -3,8 +3,7 @@
 
 rule figures:
     input:
-        summaries=all_runs("summary.json"),
-        evals=all_runs("eval.json"),
+        runs=RUNS_TABLE,
         base_eval=base_eval_file(),
     output:
         pass_rate=figure("pass_rate", "Learning"),

@@ -31,8 +31,7 @@ rule replay:
 
 rule replay_table:
     input:
-        live=replayed_runs("eval.json"),
-        replays=all_replays("eval.json"),
+        runs=RUNS_TABLE,
     output:
         csv=f"{R}/tables/replays.csv",
         md=report(

@@ -12,12 +12,12 @@ from rlcore.analysis.figures.lengths import draw_response_lengths
 from rlcore.analysis.figures.planner import draw_plan_vs_measured
 from rlcore.analysis.figures.prompts import draw_prompt_audit
 from rlcore.analysis.figures.style import MODE_LABEL
-from rlcore.analysis.tables import logged, run_row
+from rlcore.analysis.tables import logged, read_runs
 from rlcore.record.identity import WALL_CLOCK
 
 
 def grid_figures(smk):
-    rows = [run_row(Path(p).parent) for p in smk.input.summaries]
+    rows = read_runs(smk.input.runs)
     out = smk.output
     figures.draw_pass_rate(rows, out.pass_rate, out.pass_rate_svg)
     figures.draw_time_to_threshold(rows, out.time_to_threshold, out.time_to_threshold_svg)

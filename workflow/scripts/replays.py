@@ -3,14 +3,12 @@
 from pathlib import Path
 
 from rlcore.analysis.figures.staleness import draw_quality_vs_k_replayed
-from rlcore.analysis.paired import paired_markdown, paired_table, replay_row
-from rlcore.analysis.tables import logged, run_row, write_csv
+from rlcore.analysis.paired import paired_markdown, paired_table
+from rlcore.analysis.tables import logged, read_runs, write_csv
 
 
 def main(smk):
-    live = [run_row(Path(p).parent) for p in smk.input.live]
-    replays = [replay_row(Path(p).parent) for p in smk.input.replays]
-    table = paired_table(live, replays)
+    table = paired_table(read_runs(smk.input.runs), read_runs(smk.input.runs, replays=True))
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(paired_markdown(table))
     draw_quality_vs_k_replayed(table, smk.output.figure, smk.output.figure_svg)

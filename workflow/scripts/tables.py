@@ -12,8 +12,8 @@ from rlcore.analysis.tables import (
     logged,
     quality_vs_k,
     quality_vs_k_markdown,
+    read_runs,
     row_order,
-    run_row,
     table1,
     to_markdown,
     write_csv,
@@ -21,7 +21,7 @@ from rlcore.analysis.tables import (
 
 
 def main(smk):
-    rows = [run_row(Path(p).parent) for p in smk.input.summaries]
+    rows = read_runs(smk.input.runs)
     for table, metrics, csv_out, md_out in (
         (table1(rows), TABLE1, smk.output.table1_csv, smk.output.table1_md),
         (k_sweep(rows), K_SWEEP, smk.output.k_sweep_csv, smk.output.k_sweep_md),
