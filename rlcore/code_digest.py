@@ -7,7 +7,9 @@ packages, not lists of modules, so a new or moved module is counted without an e
             `policy/` and the command;
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
             the packages that only read finished runs (`analysis/`), measure them
-            (`measure/`), predict them (`plan/`) or start them (`launcher/`, whose jobs
+            (`measure/`), predict them (`plan/`), expand the grid into them (`pipeline/`,
+            which only the Snakefile imports; a run's settings are its rule's parameter) or
+            start them (`launcher/`, whose jobs
             match a cold `rlcore run` bit for bit: tests/test_launcher.py): the runs and the
             replays;
   launcher  the runtime part and `rlcore/launcher/`: what a warm launcher server has
@@ -28,7 +30,7 @@ from pathlib import Path
 
 PACKAGE = "rlcore"
 # packages no run, replay or base-model job imports
-NOT_RUNTIME = ("analysis", "measure", "plan", "launcher")
+NOT_RUNTIME = ("analysis", "measure", "plan", "launcher", "pipeline")
 # The command and the packages that building the base model imports.
 BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "kernels.py", "config", "clock",
         "tasks", "policy")

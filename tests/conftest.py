@@ -42,6 +42,36 @@ def small_config(model_path: str | Path, **sections: Any) -> dict[str, Any]:
     return data
 
 
+def small_pipeline_config() -> dict[str, Any]:
+    """A pipeline config of two runs (sync, AReaL-style at K 1), two replays and three claims."""
+    return {
+        "run": small_config("models/tiny"),
+        "build_base": True,
+        "grid": {"seeds": [0], "blocks": [
+            {"modes": ["sync"], "policies": ["none"], "ks": [0], "objectives": ["pg"]},
+            {"modes": ["areal"], "policies": ["paper"], "ks": [1], "objectives": ["pg"]}],
+            "replays": {"of": {"modes": ["areal"], "policies": ["paper"], "ks": [1],
+                               "objectives": ["pg"]},
+                        "objectives": ["pg", "decoupled"]}},
+        "policies": {"none": {},
+                     "paper": {"staleness": {"staleness_control": "filter",
+                                             "interrupt": "resubmit"}}},
+        "figures": {"trace": {"policy": "paper", "k": 1, "objective": "pg", "seed": 0},
+                    "window_s": [0.0, 0.5], "k_axis": {"mode": "areal", "policy": "paper"}},
+        "claims": [
+            {"id": "T1", "statement": "AReaL-style beats sync", "source": "a test",
+             "metric": "heldout_pass_rate", "expect": "positive", "pairing": "none",
+             "contrast": {"wall/areal/paper/k1/pg": 1, "wall/sync/none/k0/pg": -1}},
+            {"id": "T2", "statement": "decoupled beats pg on pg's schedule", "source": "a test",
+             "metric": "heldout_pass_rate", "expect": "positive", "pairing": "seed",
+             "contrast": {"wall/areal/paper/k1/pg/decoupled": 1, "wall/areal/paper/k1/pg": -1}},
+            {"id": "T3", "statement": "long problems are trained less", "source": "a test",
+             "metric": "short_bias", "expect": "negative", "pairing": "seed",
+             "contrast": {"wall/areal/paper/k1/pg": 1}},
+        ],
+    }
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen2 char model, saved with save_pretrained, shared by the whole session."""

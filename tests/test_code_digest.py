@@ -95,13 +95,16 @@ def test_every_part_holds_the_command():
 
 
 def test_parts_split_the_package():
-    """Every file of rlcore/ is in the runtime part or in analysis/, measure/, plan/ or
-    launcher/; the base part is within the runtime part, the runtime within the launcher's."""
+    """Every file of rlcore/ is in the runtime part or in analysis/, measure/, plan/,
+    launcher/ or pipeline/ (which only the Snakefile imports: a run's settings, which it
+    computes, are the run rule's parameter); the base part is within the runtime part, the
+    runtime within the launcher's."""
     every = {p for p in (ROOT / "rlcore").rglob("*")
              if p.is_file() and "__pycache__" not in p.parts}
     runtime, analysis = set(runtime_files(ROOT)), set(analysis_files(ROOT))
     outside = {p for p in every if any(p.is_relative_to(ROOT / "rlcore" / name)
-                                       for name in ("measure", "plan", "launcher"))}
+                                       for name in ("measure", "plan", "launcher",
+                                                    "pipeline"))}
     assert runtime | analysis | outside == every
     assert not runtime & (analysis | outside)
     assert set(base_files(ROOT)) < runtime < set(launcher_files(ROOT))

@@ -23,6 +23,7 @@ LAYERS = (
     "rlcore.runners",
     "rlcore.replay",
     "rlcore.plan",
+    "rlcore.pipeline",
     "rlcore.analysis",
     "rlcore.measure",
     "rlcore.cli",

@@ -109,25 +109,27 @@ def mismatch(task: Task, verifier: str) -> str | None:
             "tests; set it to last_integer, exact or math")
 
 
-def check_suite(task_cfg: TaskConfig, cfg: RewardConfig) -> TaskSuite:
+def check_suite(task_cfg: TaskConfig, cfg: RewardConfig, *, golds: bool = True) -> TaskSuite:
     """The configured suite, both splits checked by `check_tasks` (so a held-out gold the
     verifier cannot read stops a run before it trains, not at its eval)."""
     suite = load_suite(task_cfg)
     for split, path in (("train", task_cfg.train_path), ("heldout", task_cfg.heldout_path)):
         source = path if task_cfg.suite == "jsonl" else f"task.suite '{task_cfg.suite}' ({split})"
-        check_tasks(suite.split(split), cfg, str(source))
+        check_tasks(suite.split(split), cfg, str(source), golds=golds)
     return suite
 
 
-def check_tasks(tasks: Iterable[Task], cfg: RewardConfig, source: str) -> None:
+def check_tasks(tasks: Iterable[Task], cfg: RewardConfig, source: str, *,
+                golds: bool = True) -> None:
     """Refuse, naming `source` and the task, tasks `cfg.verifier` cannot judge: a code task
     outside `code` or the reverse, or under `math` a gold answer math-verify reads nothing
-    from (no response could pass it)."""
+    from (no response could pass it; `golds=False` leaves that out, and with it the
+    math-verify worker processes it starts)."""
     tasks = list(tasks)
     for task in tasks:
         if (why := mismatch(task, cfg.verifier)) is not None:
             raise ConfigError(f"{source}: {why}")
-    if cfg.verifier != "math":
+    if cfg.verifier != "math" or not golds:
         return
     verifier = shared_verifier(cfg)
     first: dict[str, Task] = {}  # each distinct gold, with the first task that has it

@@ -6,7 +6,7 @@ rule run_config:
     conda:
         "../envs/rlcore.yaml"
     params:
-        settings=lambda wildcards: json.dumps(run_settings(wildcards), sort_keys=True),
+        settings=lambda wildcards: json.dumps(point_settings(wildcards), sort_keys=True),
     shell:
         "printf '%s\\n' {params.settings:q} > {output} 2> {log}"
 

@@ -1,0 +1,91 @@
+"""The pipeline's grid: which runs and replays a pipeline config asks for, and each run's
+settings.
+
+The pipeline config (`config/config.yaml`, schema `workflow/schemas/config.schema.yaml`)
+declares blocks of (clock, modes, policies, ks, objectives, seeds); every combination is a
+grid point, named as `rlcore/record/identity.py::RunId` names a run (the seed included).
+The Snakefile's rules expand these points into paths; the checks (`checks.py`) and the
+tests call the same functions without Snakemake.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from rlcore.config import config_from_dict
+from rlcore.record.identity import WALL_CLOCK
+
+Point = dict[str, Any]  # clock, mode, policy, k, objective, seed (and replayed, for a replay)
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` over a deep copy of `base`, section by section."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def clock_name(clock: str) -> str:
+    """The clock level of a block's `clock` setting: `wall`, or NAME of `virtual:NAME`."""
+    return clock.removeprefix("virtual:")
+
+
+def grid_points(config: dict[str, Any]) -> list[Point]:
+    """Every (clock, mode, policy, k, objective, seed) of the grid once, in the blocks'
+    order."""
+    g = config["grid"]
+    points: dict[tuple[Any, ...], Point] = {}
+    for block in g["blocks"]:
+        for mode in block["modes"]:
+            for policy in block["policies"]:
+                for k in block["ks"]:
+                    for objective in block["objectives"]:
+                        for seed in block.get("seeds", g["seeds"]):
+                            point = {"clock": clock_name(block["clock"]),
+                                     "mode": mode, "policy": policy, "k": k,
+                                     "objective": objective, "seed": seed}
+                            points[tuple(point.values())] = point
+    return list(points.values())
+
+
+def wall_points(config: dict[str, Any]) -> list[Point]:
+    """The grid points timed by the wall clock."""
+    return [p for p in grid_points(config) if p["clock"] == WALL_CLOCK]
+
+
+def replay_points(config: dict[str, Any]) -> list[Point]:
+    """Every replay: a grid point selected by grid.replays.of (on its clock), with the
+    objective it is replayed under (`replayed`)."""
+    replays = config["grid"].get("replays")
+    if not replays:
+        return []
+    of = replays["of"]
+    return [
+        {**p, "replayed": objective}
+        for p in grid_points(config)
+        if p["clock"] == clock_name(of["clock"]) and p["mode"] in of["modes"]
+        and p["policy"] in of["policies"] and p["k"] in of["ks"]
+        and p["objective"] in of["objectives"]
+        for objective in replays["objectives"]
+    ]
+
+
+def run_settings(config: dict[str, Any], point: Point) -> dict[str, Any]:
+    """The full, validated run config of one grid point: `run:`, then its policy's
+    overlay, then the point itself. The point's clock is its block's, whatever `run` or
+    the policy say."""
+    if point["clock"] == WALL_CLOCK:
+        runtime = {"clock": "wall"}
+    else:
+        runtime = {"clock": "virtual", "hardware": point["clock"]}
+    settings = merge(config["run"], config["policies"][point["policy"]])
+    settings = merge(settings, {
+        "mode": point["mode"], "seed": int(point["seed"]), "policy_name": point["policy"],
+        "staleness": {"staleness_k": int(point["k"])},
+        "train": {"objective": point["objective"]}, "runtime": runtime})
+    return config_from_dict(settings).to_dict()

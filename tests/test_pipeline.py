@@ -1,0 +1,167 @@
+"""The pipeline config's grid and checks, called as Python: what the Snakefile calls when it
+is read (tests/test_workflow.py shows that it does, and what Snakemake makes of it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from snakemake.utils import validate
+
+from rlcore.config import config_from_dict
+from rlcore.errors import ConfigError
+from rlcore.pipeline.checks import check_pipeline
+from rlcore.pipeline.grid import grid_points, replay_points, run_settings
+from rlcore.tasks.reward import check_suite
+from tests.conftest import small_pipeline_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+V100 = "v100x2-qwen0.5b-fp16"
+
+
+def checked(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` as the Snakefile holds it: schema defaults filled, `run` resolved, checked."""
+    validate(data, str(SCHEMA))
+    data["run"] = config_from_dict(data["run"]).to_dict()
+    check_pipeline(data)
+    return data
+
+
+class TestGrid:
+    def test_the_small_grid_is_two_runs_and_two_replays(self):
+        config = checked(small_pipeline_config())
+        assert grid_points(config) == [
+            {"clock": "wall", "mode": "sync", "policy": "none", "k": 0, "objective": "pg",
+             "seed": 0},
+            {"clock": "wall", "mode": "areal", "policy": "paper", "k": 1, "objective": "pg",
+             "seed": 0}]
+        assert [p["replayed"] for p in replay_points(config)] == ["pg", "decoupled"]
+
+    def test_a_point_two_blocks_make_is_one_run_and_a_block_may_set_its_seeds(self):
+        data = small_pipeline_config()
+        data["grid"]["blocks"].append({"modes": ["sync"], "policies": ["none"], "ks": [0],
+                                       "objectives": ["pg"], "seeds": [0, 5]})
+        points = grid_points(checked(data))
+        assert [(p["mode"], p["seed"]) for p in points] == [("sync", 0), ("areal", 0),
+                                                            ("sync", 5)]
+
+    def test_a_points_settings_are_run_then_its_policy_then_the_point(self):
+        data = small_pipeline_config()
+        data["grid"]["blocks"].append({"modes": ["areal"], "policies": ["paper"], "ks": [8],
+                                       "objectives": ["a3po"], "clock": f"virtual:{V100}"})
+        config = checked(data)
+        point = grid_points(config)[-1]
+        settings = run_settings(config, point)
+        assert (settings["mode"], settings["policy_name"], settings["seed"]) == \
+            ("areal", "paper", 0)
+        assert settings["staleness"]["staleness_k"] == 8
+        assert settings["staleness"]["interrupt"] == "resubmit"  # the policy's
+        assert settings["train"]["objective"] == "a3po"
+        assert settings["train"]["updates"] == config["run"]["train"]["updates"]  # run's
+        assert settings["runtime"] == {**settings["runtime"], "clock": "virtual",
+                                       "hardware": V100}
+        # Snakemake's wildcards are strings: the same settings
+        as_wildcards = {k: str(v) for k, v in point.items()}
+        assert run_settings(config, as_wildcards) == settings
+
+
+def edit_task_file(tmp_path: Path, fields: str, lines: list[dict[str, Any]],
+                   verifier: str) -> Callable[[dict[str, Any]], None]:
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
+    (tmp_path / "heldout.jsonl").write_text(json.dumps(
+        {"gsm8k": GSM8K_LINE, "math": {"problem": "1+1?", "solution": "\\boxed{2}"}}[fields])
+        + "\n")
+
+    def edit(d: dict[str, Any]) -> None:
+        d["run"]["task"] = {"suite": "jsonl", "fields": fields,
+                            "train_path": str(tmp_path / "train.jsonl"),
+                            "heldout_path": str(tmp_path / "heldout.jsonl")}
+        d["run"]["reward"] = {"verifier": verifier}
+    return edit
+
+
+GSM8K_LINE = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
+
+
+class TestChecks:
+    @pytest.mark.parametrize(("edit", "message"), [
+        (lambda d: d.update(build_base=False), "is not a Hugging Face model directory"),
+        (lambda d: d["grid"]["blocks"][1].update(policies=["papr"]),
+         "names policy 'papr', which is not in policies ['none', 'paper']"),
+        (lambda d: d["grid"]["blocks"][0].update(ks=[0, 2]), "sync is on-policy"),
+        (lambda d: d["figures"]["k_axis"].update(policy="none"), "the grid has no areal run"),
+        (lambda d: d["grid"]["blocks"][1].update(clock="virtual:v100"),
+         ("grid.blocks[1].clock = 'virtual:v100': there is no hardware profile 'v100'",
+          f"use one of cpu-2core, {V100}")),
+        (lambda d: d["grid"]["blocks"][1].update(clock="virtual:wall"), "NAME not 'wall'"),
+        (lambda d: d["run"]["runtime"].update(clock="virtual"),
+         "each grid block sets its runs' clock"),
+        (lambda d: d["figures"]["k_axis"].update(clock=f"virtual:{V100}"),
+         f"the grid has no areal run under policy 'paper' on clock 'virtual:{V100}'"),
+        (lambda d: d["grid"]["blocks"].__setitem__(
+            slice(None), [{**b, "clock": f"virtual:{V100}"} for b in d["grid"]["blocks"]]),
+         "grid.blocks has no wall-clock block"),
+        (lambda d: d["grid"]["replays"]["of"].update(ks=[8]), "selects no run of the grid"),
+        (lambda d: d["figures"].update(window_s=[1.0, 0.5]), "the start must be before"),
+        (lambda d: d["claims"][0]["contrast"].update({"wall/areal/paper/k8/pg": 1}),
+         "claims[0] (T1) names the run arm 'wall/areal/paper/k8/pg', which the grid does not "
+         "make"),
+        (lambda d: d["claims"][1]["contrast"].update({"wall/areal/paper/k1/pg/a3po": 1}),
+         "claims[1] (T2) names the replay arm 'wall/areal/paper/k1/pg/a3po'"),
+        (lambda d: d["policies"]["paper"].update(task={
+            "suite": "jsonl", "fields": "gsm8k",
+            "train_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "train.jsonl"),
+            "heldout_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "heldout.jsonl")}),
+         "math/train.jsonl:1: 'question' is a required property"),
+    ], ids=["missing-model", "unknown-policy", "sync-k", "k-axis", "unknown-profile",
+            "profile-named-wall", "run-clock", "k-axis-clock", "no-wall-block",
+            "replays-select-nothing", "window", "claim-arm", "claim-replay-arm",
+            "policy-task-file"])
+    def test_what_the_schema_cannot_say_is_refused_with_the_fix(
+            self, edit: Callable[[dict[str, Any]], None], message: str | tuple[str, ...]):
+        data = small_pipeline_config()
+        edit(data)
+        with pytest.raises(ConfigError) as e:
+            checked(data)
+        for part in (message,) if isinstance(message, str) else message:
+            assert part in str(e.value)
+
+    @pytest.mark.parametrize(("fields", "lines", "message"), [
+        ("gsm8k", [GSM8K_LINE, {"question": "What is 1 + 1?", "solution": "#### 2"}],
+         "train.jsonl:2: 'answer' is a required property (task.fields 'gsm8k' reads the "
+         "prompt from 'question' and the answer from 'answer')"),
+        ("gsm8k", [{"question": 7, "answer": "#### 7"}],
+         "train.jsonl:1: question: 7 is not of type 'string'"),
+        ("gsm8k", [], "task file"),
+    ], ids=["missing-column", "non-string-prompt", "empty-file"])
+    def test_a_bad_task_file_is_refused_naming_its_line(self, tmp_path: Path, fields: str,
+                                                         lines: list[dict[str, Any]],
+                                                         message: str):
+        data = small_pipeline_config()
+        edit_task_file(tmp_path, fields, lines, "math")(data)
+        with pytest.raises(ConfigError, match="holds no tasks" if not lines else None) as e:
+            checked(data)
+        assert message in str(e.value)
+
+    def test_golds_are_left_to_the_run_so_reading_the_config_starts_no_worker(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        """A gold math-verify cannot read passes the config's checks (they start no
+        math-verify process) and stops the run's preflight, which checks golds."""
+        data = small_pipeline_config()
+        edit_task_file(tmp_path, "math", [{"problem": "Expand.",
+                                           "solution": "It is \\boxed{x^2+}"}], "math")(data)
+
+        def no_workers(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a math-verify worker was started")
+
+        with monkeypatch.context() as m:
+            m.setattr("rlcore.tasks.reward.shared_verifier", no_workers)
+            config = checked(data)
+        cfg = config_from_dict(config["run"])
+        with pytest.raises(ConfigError, match="math-verify reads no mathematical expression "
+                                              "from the gold answer 'x\\^2\\+'"):
+            check_suite(cfg.task, cfg.reward)  # what every run's preflight calls
