@@ -1,7 +1,10 @@
 """Invariants of the asynchronous runners over K, interrupt policies and staleness controls.
 
 The threaded runner shares every role with the AReaL-style runtime (only the vehicle
-differs), so the full grid runs threaded and a cross-section runs as real processes.
+differs), so the full grid runs threaded on the virtual clock, where each run is a function
+of its config and the decision a case is there for certainly happens (each case asserts
+that it did); a cross-section runs threaded and as real processes on this machine's clock,
+for the live path.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from rlcore.config import RunConfig, config_from_dict
 from rlcore.policy.sampler import Draws
@@ -25,6 +29,7 @@ from rlcore.runners.asynchronous.messages import Stopped
 from rlcore.runners.asynchronous.placement import plan_cpus
 from rlcore.runners.asynchronous.runtime import role_peaks
 from tests.conftest import small_config
+from tests.test_virtual_clock import RUN_PROFILE
 
 MAX_RETRIES = 1
 
@@ -109,11 +114,77 @@ def check_invariants(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
     return summary
 
 
+# Two regimes of the virtual clock's test profile: a decode step of 10 ms makes a response
+# (5 chunks) outlast an update, so commits land inside generations (interrupts); at 2 ms
+# rollout outruns the trainer, so samples wait in the buffer and go stale, and admission
+# control holds rollout back.
+ROLLOUT_BOUND, TRAINER_BOUND = 1e-2, 2e-3
+
+
+def virtual_async_config(model_dir: Path, tmp: Path, k: int, interrupt: str, control: str,
+                         decode_step_s: float) -> RunConfig:
+    """async_config on the virtual clock of the test profile with the given decode step."""
+    name = f"test-decode-{decode_step_s:g}"
+    profile = tmp / f"{name}.yaml"
+    profile.write_text(yaml.safe_dump({**RUN_PROFILE, "name": name, "decode": {
+        **RUN_PROFILE["decode"], "step_s": decode_step_s}}))
+    data = async_config(model_dir, "async", k, interrupt, control).to_dict()
+    data["runtime"].update(clock="virtual", hardware=str(profile))
+    return config_from_dict(data)
+
+
+# What each interrupt policy does when a commit lands inside a generation.
+INTERRUPTED = {"resubmit": lambda s: s["samples"]["resubmissions"] > 0,
+               "continue": lambda s: s["tokens"]["reprefilled"] > 0,
+               "keep_kv": lambda s: s["tokens"]["kv_kept"] > 0}
+
+
 @pytest.mark.parametrize("control", ["filter", "throttle", "both"])
 @pytest.mark.parametrize("interrupt", ["resubmit", "continue", "keep_kv"])
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
-def test_threaded_invariants(tiny_model_dir: Path, tmp_path: Path, k: int, interrupt: str,
-                             control: str):
+def test_invariants_hold_where_commits_interrupt_generations(
+        tiny_model_dir: Path, tmp_path: Path, k: int, interrupt: str, control: str):
+    cfg = virtual_async_config(tiny_model_dir, tmp_path, k, interrupt, control, ROLLOUT_BOUND)
+    run_mode(cfg, tmp_path / "run")
+    summary = check_invariants(tmp_path / "run", cfg)
+    if k == 0 and control != "filter":
+        # eq. 1 at K = 0 admits one batch at a time, generated at the version it trains: no
+        # commit can meet a generation
+        assert not any(exercised(summary) for exercised in INTERRUPTED.values())
+    else:
+        assert INTERRUPTED[interrupt](summary), f"no generation met a commit under {interrupt}"
+    if interrupt == "resubmit" and k > 0:  # cut twice: past max_retries
+        assert summary["samples"]["dropped_interrupted"] > 0
+
+
+@pytest.mark.parametrize("interrupt", ["resubmit", "continue", "keep_kv"])
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_invariants_hold_where_the_filter_drops_stale_samples(
+        tiny_model_dir: Path, tmp_path: Path, k: int, interrupt: str):
+    cfg = virtual_async_config(tiny_model_dir, tmp_path, k, interrupt, "filter", TRAINER_BOUND)
+    run_mode(cfg, tmp_path / "run")
+    summary = check_invariants(tmp_path / "run", cfg)
+    assert summary["samples"]["dropped_stale"] > 0
+    assert summary["scheduling"]["waits"]["rollout_throttle_s"] == 0.0  # no admission control
+
+
+@pytest.mark.parametrize("control", ["throttle", "both"])
+@pytest.mark.parametrize("k", [0, 2])
+def test_invariants_hold_where_admission_control_holds_rollout_back(
+        tiny_model_dir: Path, tmp_path: Path, k: int, control: str):
+    cfg = virtual_async_config(tiny_model_dir, tmp_path, k, "resubmit", control, TRAINER_BOUND)
+    run_mode(cfg, tmp_path / "run")
+    summary = check_invariants(tmp_path / "run", cfg)
+    assert summary["scheduling"]["waits"]["rollout_throttle_s"] > 0
+    # the throttle keeps rollout within K batches of training: what it admits stays fresh
+    assert summary["samples"]["dropped_stale"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("k", "interrupt", "control"), [
+    (0, "resubmit", "filter"), (2, "continue", "both"), (4, "keep_kv", "throttle")])
+def test_threaded_invariants_on_this_machines_clock(tiny_model_dir: Path, tmp_path: Path,
+                                                     k: int, interrupt: str, control: str):
     cfg = async_config(tiny_model_dir, "async", k, interrupt, control)
     run_mode(cfg, tmp_path / "run")
     check_invariants(tmp_path / "run", cfg)
