@@ -495,13 +495,8 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     (lambda d: d["policies"]["paper"]["staleness"].update(interrupt="restart"), "restart"),
     (lambda d: d["grid"]["blocks"][1].update(policies=["papr"]),
      "names policy 'papr', which is not in policies ['none', 'paper']"),
-    (lambda d: d["policies"]["paper"].update(task={
-        "suite": "jsonl", "fields": "gsm8k",
-        "train_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "train.jsonl"),
-        "heldout_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "heldout.jsonl")}),
-     "math/train.jsonl:1: 'question' is a required property"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "clock-without-profile",
-        "misspelled-run-key", "bad-policy-setting", "unknown-policy", "bad-task-file"])
+        "misspelled-run-key", "bad-policy-setting", "unknown-policy"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str | tuple[str, ...]):
     data = small_pipeline_config()
