@@ -8,6 +8,10 @@ in the sizes of `work.py`, so the price of a chunk or an update is one dot produ
 `gil_share` is the fraction of a term's seconds spent holding Python's interpreter lock
 (launching kernels, the sampling loop): under the threaded baseline the roles share one
 interpreter, so those seconds of different roles cannot overlap (`virtual.py`).
+
+`cpu` says what the roles' computations share of the processors; `accelerator`, when given,
+says that the rollout worker and the trainers compute on one accelerator, so that their
+device work (`DEVICE_WORK`) slows each other's.
 """
 
 from __future__ import annotations
@@ -92,6 +96,18 @@ class CpuCost:
         minimum=0)
 
 
+# What runs on a role's accelerator when the roles have one; the rest is host work.
+DEVICE_WORK = (Decode, Prefill, Update, Weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceleratorCost:
+    concurrent_slowdown: float = _f(
+        "how much each device computation slows per other one running at once on the one "
+        "accelerator: speed 1 / (1 + s (k - 1)); 1 is strict time-slicing of a saturated "
+        "device, 0 no contention", minimum=0)
+
+
 @dataclasses.dataclass(frozen=True)
 class HardwareProfile:
     """Seconds per unit of work for each role's computations on one machine and model."""
@@ -113,6 +129,10 @@ class HardwareProfile:
     commit: CommitCost = _f("parameter service: deciding one commit (`work.py::Commit`)")
     cpu: CpuCost = _f("what the roles' computations share; not applied under the threaded "
                       "baseline, whose roles share the interpreter lock instead (`gil_share`)")
+    accelerator: AcceleratorCost | None = dataclasses.field(default=None, metadata={
+        "help": "the rollout worker and the trainers compute on one shared accelerator (their "
+                "device work slows each other, as `cpu` does for cores); null or absent: each "
+                "role has its own device"})
 
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware."""
@@ -164,15 +184,20 @@ class HardwareProfile:
         return hashlib.sha256(json.dumps(costs, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# The keys a profile file may leave out (null, as when absent); every other key is required.
+OPTIONAL_KEYS = ("accelerator",)
+
+
 def profile_schema() -> dict[str, Any]:
-    """JSON Schema of a hardware profile file; every key is required."""
+    """JSON Schema of a hardware profile file; every key but `OPTIONAL_KEYS` is required."""
     schema = schema_for(HardwareProfile)
 
     def require_all(node: dict[str, Any]) -> None:
-        node["required"] = list(node["properties"])
+        node["required"] = [k for k in node["properties"] if k not in OPTIONAL_KEYS]
         for sub in node["properties"].values():
-            if "properties" in sub:
-                require_all(sub)
+            for branch in sub.get("anyOf", [sub]):  # an optional section: its non-null branch
+                if "properties" in branch:
+                    require_all(branch)
 
     require_all(schema)
     return schema
@@ -180,9 +205,15 @@ def profile_schema() -> dict[str, Any]:
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _build(hints[f.name], data[f.name])
-                  if dataclasses.is_dataclass(hints[f.name]) else data[f.name]
-                  for f in dataclasses.fields(cls)})
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = data.get(f.name)  # only an optional key may be absent (the schema checks)
+        tp = hints[f.name]  # `X | None` is built as X, unless null
+        tp = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+        if value is not None and isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            value = _build(tp, value)
+        values[f.name] = value
+    return cls(**values)
 
 
 def profile_path(name_or_path: str) -> Path:

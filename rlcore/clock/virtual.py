@@ -16,7 +16,11 @@ Each computation is really executed, while virtual time stands still; a role see
 others' state as it was when its computation began, and others see its results when the
 computation's price has passed. Under the threaded baseline (`shared_interpreter`) the roles
 also share one interpreter lock: the `gil_share` of each price is served one role at a time,
-first come first served (`profile.py`).
+first come first served (`profile.py`). Otherwise the roles computing at once share
+processors: the cores (`profile.cpu`), and one accelerator for their device work when the
+profile has one (`profile.accelerator`). Each of n computations at once in one pool of
+processors runs at that pool's speed for n, and the end of each is worked out anew whenever
+one in its pool starts or ends.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.clock.profile import HardwareProfile, load_profile
+from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
 from rlcore.clock.work import Work
 from rlcore.config import RuntimeConfig
 
@@ -52,6 +56,17 @@ class _Role:
     seq: int = 0  # tie-break among roles waking at the same time: first set, first run
     waiting: object | None = None  # the queue or flag it is blocked on
     left: bool = False  # its function has returned
+    pool: _Pool | None = None  # the processors it is computing on now, when shared
+
+
+@dataclass(eq=False)
+class _Pool:
+    """Processors that the roles computing on them share: each of n computations at once
+    runs at speed(n) of its full speed."""
+
+    speed: Callable[[int], float]
+    busy: dict[_Role, float] = field(default_factory=dict)  # seconds left at full speed
+    at: float = 0.0  # when `busy` was last brought up to date
 
 
 class VirtualClock:
@@ -65,12 +80,14 @@ class VirtualClock:
         self.shared_interpreter = shared_interpreter
         self._now = 0.0
         self._gil_free = 0.0  # when the shared interpreter lock is next free
-        # Shared processors (`profile.cpu`): the roles computing now, with the seconds of
-        # work each has left at full speed, as of `_busy_at`.
-        self._sharing = not shared_interpreter and (
+        # Shared processors: the cores (`profile.cpu`), and an accelerator that the roles'
+        # device work shares (`profile.accelerator`); None: each role has its own.
+        sharing = not shared_interpreter and (
             profile.cpu.cores is not None or profile.cpu.concurrent_slowdown > 0)
-        self._busy: dict[_Role, float] = {}
-        self._busy_at = 0.0
+        self._cpu = _Pool(self._speed) if sharing else None
+        self._accelerator = (_Pool(self._accelerator_speed)
+                             if not shared_interpreter and profile.accelerator is not None
+                             else None)
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -98,11 +115,13 @@ class VirtualClock:
         if self.closed or seconds <= 0:
             return
         me, start = self._me(), self._now
-        if self._sharing:
+        pool = self._pool(work)
+        if pool is not None:
             with self._lock:
-                self._progress()
-                self._busy[me] = seconds
-                self._rewake()
+                self._progress(pool)
+                pool.busy[me] = seconds
+                me.pool = pool
+                self._rewake(pool)
             self._switch(me)
             return
         if self.shared_interpreter:
@@ -191,6 +210,12 @@ class VirtualClock:
                                "this virtual clock: only roles may wait or be charged")
         return role
 
+    def _pool(self, work: Work) -> _Pool | None:
+        """The shared processors that compute `work`; None: the role's own."""
+        if self._accelerator is not None and isinstance(work, DEVICE_WORK):
+            return self._accelerator
+        return self._cpu
+
     def _speed(self, n: int) -> float:
         """The speed of each of n computations at once: a share of the cores, slowed by
         what the cores share (`CpuCost`)."""
@@ -198,19 +223,26 @@ class VirtualClock:
         running = n if cpu.cores is None else min(n, cpu.cores)
         return running / n / (1 + cpu.concurrent_slowdown * (running - 1))
 
-    def _progress(self) -> None:
-        """Count the work done by the computing roles since `_busy_at` (under the lock)."""
-        if self._busy and self._now > self._busy_at:
-            done = (self._now - self._busy_at) * self._speed(len(self._busy))
-            for role in self._busy:
-                self._busy[role] -= done
-        self._busy_at = self._now
+    def _accelerator_speed(self, n: int) -> float:
+        """The speed of each of n device computations at once on the one accelerator
+        (`AcceleratorCost`)."""
+        assert self._costs.accelerator is not None
+        return 1 / (1 + self._costs.accelerator.concurrent_slowdown * (n - 1))
 
-    def _rewake(self) -> None:
-        """Each computing role's end at the current speed, which changes whenever a
-        computation starts or ends (under the lock)."""
-        speed = self._speed(len(self._busy)) if self._busy else 1.0
-        for role, left in self._busy.items():
+    def _progress(self, pool: _Pool) -> None:
+        """Count the work done by the pool's computing roles since `pool.at` (under the
+        lock)."""
+        if pool.busy and self._now > pool.at:
+            done = (self._now - pool.at) * pool.speed(len(pool.busy))
+            for role in pool.busy:
+                pool.busy[role] -= done
+        pool.at = self._now
+
+    def _rewake(self, pool: _Pool) -> None:
+        """Each of the pool's computing roles' end at its current speed, which changes
+        whenever a computation on the pool starts or ends (under the lock)."""
+        speed = pool.speed(len(pool.busy)) if pool.busy else 1.0
+        for role, left in pool.busy.items():
             self._set_wake(role, self._now + max(0.0, left) / speed)
 
     def _resume(self, role: _Role) -> None:
@@ -218,10 +250,11 @@ class VirtualClock:
         assert role.wake is not None
         self._now = max(self._now, role.wake)
         role.wake, role.waiting = None, None
-        if role in self._busy:
-            self._progress()
-            del self._busy[role]
-            self._rewake()
+        pool, role.pool = role.pool, None
+        if pool is not None:
+            self._progress(pool)
+            del pool.busy[role]
+            self._rewake(pool)
 
     def _set_wake(self, role: _Role, t: float) -> None:
         role.wake, role.seq = t, next(self._seq)
