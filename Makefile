@@ -15,6 +15,9 @@
 # make paper-smoke : config/paper.yaml end to end on CPU with a random Qwen2.5-0.5B-size
 #               stand-in, a few updates per mode, then eval: time, memory and weight sync
 #               per mode (a benchmark, ~10 min and ~17 GB of RAM here; not part of make test)
+# make gpu-check : on a machine with a CUDA GPU: `pytest -m cuda`, the paper's smoke with both
+#               roles on cuda:0, a calibrated profile of the card, and live against virtual
+#               runs on it (tools/gpu_check.py; ~10 min on an H200; results in GPU_OUT)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -34,8 +37,9 @@ SNAKEMAKE := snakemake --profile workflow/profiles/default \
 
 SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
+GPU_OUT ?= results/gpu-check
 
-.PHONY: setup lock run resume test check lint clean paper-smoke check-virtual
+.PHONY: setup lock run resume test check lint clean paper-smoke check-virtual gpu-check
 
 setup: $(STAMP)
 
@@ -90,7 +94,7 @@ resume: setup
 	$(MAKE) run
 
 lint: setup
-	$(BIN)/ruff check rlcore tests workflow/scripts
+	$(BIN)/ruff check rlcore tests tools workflow/scripts
 	$(BIN)/mypy
 	snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow
@@ -108,6 +112,9 @@ check-virtual: setup
 paper-smoke: setup
 	$(BIN)/rlcore smoke config/paper.yaml --stand-in 0.5b --model $(SMOKE_MODEL) --device cpu \
 		--out $(SMOKE_OUT)
+
+gpu-check: setup
+	$(BIN)/python tools/gpu_check.py --out $(GPU_OUT) --work $(GPU_OUT)/work
 
 clean:
 	rm -rf results models

@@ -17,6 +17,7 @@ import yaml
 
 from rlcore.clock.profile import (
     HARDWARE_DIR,
+    AcceleratorCost,
     CommitCost,
     ControllerCost,
     CopyCost,
@@ -346,6 +347,30 @@ class TestCalibrate:
         # intercept is the mean, 2
         fit = nonneg_lstsq([[1, 0], [1, 1], [1, 2]], [3, 2, 1])
         assert fit.coef == pytest.approx((2, 0))
+
+    def test_weight_copies_are_timed_at_three_sizes_that_fit_in_memory(self):
+        import torch
+
+        from rlcore.measure.timings import weight_scales
+
+        small = [("w", (10,), torch.float32)]  # 40 bytes: 1, 4 and 16 copies of it
+        assert [len(s) for s in weight_scales(small, budget_bytes=100)] == [1, 4, 16]
+        # 400 bytes over a 150-byte budget: a quarter, half and all of its tensors
+        big = [(f"w{i}", (25,), torch.float32) for i in range(4)]
+        assert weight_scales(big, budget_bytes=150) == [big[:1], big[:2], big]
+
+    def test_what_the_measured_slowdown_is_charged_to(self):
+        import torch
+
+        from rlcore.measure.calibrate import sharing
+
+        cpu, gpu0, gpu1 = torch.device("cpu"), torch.device("cuda:0"), torch.device("cuda:1")
+        # on a CPU, the cores; on one GPU for both roles, the accelerator; on a GPU each,
+        # only what the host shares
+        assert sharing(cpu, cpu, 2, 0.1) == {"cpu": CpuCost(2, 0.1), "accelerator": None}
+        assert sharing(gpu0, gpu0, 16, 0.2) == {"cpu": CpuCost(None, 0.0),
+                                                "accelerator": AcceleratorCost(0.2)}
+        assert sharing(gpu0, gpu1, 16, 0.2) == {"cpu": CpuCost(None, 0.2), "accelerator": None}
 
     @pytest.mark.slow
     def test_calibrate_writes_a_profile_that_loads(self, cfg: Any, tmp_path: Path):

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from rlcore.clock.profile import (
+    AcceleratorCost,
     CommitCost,
     ControllerCost,
     CopyCost,
@@ -73,8 +74,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         reward=RewardCost(answer_s=answer_s, code_s=0.05, math_s=math_s, gil_share=1.0),
         controller=ControllerCost(controller.coef[0], controller.coef[1]),
         commit=CommitCost(commit_s),
-        cpu=CpuCost(cores if resolve_device(cfg.model.rollout_device, "rollout").type == "cpu"
-                    else None, slowdown))
+        **sharing(resolve_device(cfg.model.rollout_device, "rollout"),
+                  resolve_device(cfg.model.trainer_device, "trainer"), cores, slowdown))
     fits = {"decode": decode, "prefill": prefill, "update": update, "weight_write": write,
             "weight_read": read, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
@@ -86,6 +87,18 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
                f"\n  cpu           {cores} cores; concurrent slowdown {slowdown:.2f} (median "
                "of 5, decode beside updates and the reverse)")
     return profile, report
+
+
+def sharing(rollout: torch.device, trainer: torch.device, cores: int, slowdown: float
+            ) -> dict[str, Any]:
+    """The profile's `cpu` and `accelerator` from the measured concurrent slowdown, which is
+    what the roles' devices share: the cores on a CPU; the one GPU when both roles compute
+    on it; on a GPU each, only the host."""
+    if rollout.type == "cpu":
+        return {"cpu": CpuCost(cores, slowdown), "accelerator": None}
+    if rollout == trainer:
+        return {"cpu": CpuCost(None, 0.0), "accelerator": AcceleratorCost(slowdown)}
+    return {"cpu": CpuCost(None, slowdown), "accelerator": None}
 
 
 def _bandwidth(fit: Fit) -> float:

@@ -29,6 +29,7 @@ import torch
 from rlcore.clock.clock import WallClock
 from rlcore.clock.work import Decode, Prefill, Update, Work
 from rlcore.config import RunConfig
+from rlcore.policy.device import resolve_device
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -43,7 +44,12 @@ from rlcore.runners.asynchronous.messages import (
 )
 from rlcore.runners.asynchronous.param_service import ParamService
 from rlcore.runners.asynchronous.vehicles import Threads
-from rlcore.runners.asynchronous.weight_slots import WeightSlots, trainable_spec
+from rlcore.runners.asynchronous.weight_slots import (
+    ParamSpec,
+    WeightSlots,
+    spec_bytes,
+    trainable_spec,
+)
 from rlcore.runners.common import preflight
 from rlcore.tasks.reward import evaluate_response
 
@@ -167,28 +173,56 @@ def time_updates(cfg: RunConfig, reps: int) -> Fit:
     return nonneg_lstsq([[1.0, w.tokens] for w, _ in points], [s for _, s in points])
 
 
+def weight_scales(spec: ParamSpec, budget_bytes: float = 2.5e8) -> list[ParamSpec]:
+    """A state at three sizes for the (call, GB) fit of a copy: 1, 4 and 16 times a model
+    whose state is under `budget_bytes`; else a quarter, half and all of its tensors, since
+    16 copies of a 0.5B model's fp32 state in two slots would fill 64 GB of shared memory."""
+    if spec_bytes(spec) <= budget_bytes:
+        return [[(f"{n}.{i}", shape, dtype) for i in range(scale) for n, shape, dtype in spec]
+                for scale in (1, 4, 16)]
+    out = []
+    for share in (0.25, 0.5, 1.0):
+        part, total = [], 0
+        for entry in spec:
+            if total >= share * spec_bytes(spec):
+                break
+            part.append(entry)
+            total += spec_bytes([entry])
+        out.append(part)
+    return out
+
+
 def time_weights(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
-    """Writing and reading a weight slot: (1, GB) for the model and for 4x and 16x its size."""
-    spec = trainable_spec(cfg.model.path)
+    """Writing a weight slot from the trainer's device and reading it onto the rollout's,
+    at three sizes (`weight_scales`)."""
+    trainer = resolve_device(cfg.model.trainer_device, "trainer")
+    rollout = resolve_device(cfg.model.rollout_device, "rollout")
+
+    def synced() -> float:  # a host-to-device copy may return before its last bytes land
+        for device in {trainer, rollout}:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        return time.perf_counter()
+
     writes: list[tuple[float, float]] = []
     reads: list[tuple[float, float]] = []
-    for scale in (1, 4, 16):
-        big = [(f"{n}.{i}", shape, dtype) for i in range(scale) for n, shape, dtype in spec]
-        slots = WeightSlots(big, 2, Threads().locked_array(4), shared=True)
-        src = [torch.randn(shape).to(dtype) for _, shape, dtype in big]
-        dst = [torch.empty(shape, dtype=dtype) for _, shape, dtype in big]
+    for spec in weight_scales(trainable_spec(cfg.model.path)):
+        slots = WeightSlots(spec, 2, Threads().locked_array(4), shared=True)
+        src = [torch.randn(shape).to(dtype).to(trainer) for _, shape, dtype in spec]
+        dst = [torch.empty(shape, dtype=dtype, device=rollout) for _, shape, dtype in spec]
         gb = slots.nbytes / 1e9
         slots.write(0, src)
         slots.publish(0, 0)
         for rep in range(reps + 1):
-            t0 = time.perf_counter()
+            t0 = synced()
             slots.write(1, src)
-            t1 = time.perf_counter()
+            t1 = synced()
             slots.read_into(dst)
-            t2 = time.perf_counter()
+            t2 = synced()
             if rep:
                 writes.append((gb, t1 - t0))
                 reads.append((gb, t2 - t1))
+        del slots, src, dst
     return (nonneg_lstsq([[1.0, g] for g, _ in writes], [s for _, s in writes]),
             nonneg_lstsq([[1.0, g] for g, _ in reads], [s for _, s in reads]))
 
