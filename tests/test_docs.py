@@ -80,7 +80,7 @@ def test_summary_schema_names_the_modes():
 
 
 DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SOURCE_DIRS = ("rlcore", "workflow", "tests")
+SOURCE_DIRS = ("rlcore", "workflow", "tests", "tools")
 
 
 def defined_names(path: Path) -> set[str]:

@@ -84,8 +84,9 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
                f"{math_s:.3g} s (median of 200)"
                f"\n  commit        {commit_s:.3g} s (median of 2000)"
                f"\n  gil_share     decode {decode_gil:.2f}, update {update_gil:.2f}"
-               f"\n  cpu           {cores} cores; concurrent slowdown {slowdown:.2f} (median "
-               "of 5, decode beside updates and the reverse)")
+               f"\n  sharing       {cores} cores; concurrent slowdown {slowdown:.2f} (medians "
+               "of 5, decode beside updates and the reverse), to "
+               f"{'accelerator' if profile.accelerator else 'cpu'}")
     return profile, report
 
 
