@@ -1,5 +1,5 @@
 """The package layout: imports point down the layers, with no cycle, lazy and TYPE_CHECKING
-imports included, and README's layout section names every package."""
+imports included, and docs/layout.md names every package."""
 
 from __future__ import annotations
 
@@ -97,13 +97,11 @@ class TestImports:
         assert found >= {"rlcore.cli", "rlcore.runners.sync", "rlcore.policy"}
 
 
-def test_readme_layout_names_every_package():
-    """README's layout section lists each package of rlcore/ (and nothing that is not one)."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Layout"):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+def test_the_layout_page_names_every_package():
+    """docs/layout.md lists each package of rlcore/ (and nothing that is not one)."""
+    section = (ROOT / "docs" / "layout.md").read_text()
     packages = {p.parent.relative_to(ROOT).as_posix() + "/"
                 for p in PACKAGE.rglob("__init__.py")}
     named = set(re.findall(r"`(rlcore/(?:[a-z_]+/)*)`", section))
-    assert packages - named == set(), "README's layout section omits these packages"
-    assert named - packages == set(), "README's layout section names packages that do not exist"
+    assert packages - named == set(), "docs/layout.md omits these packages"
+    assert named - packages == set(), "docs/layout.md names packages that do not exist"

@@ -132,7 +132,7 @@ def check_model_path(config: dict[str, Any]) -> None:
         raise ConfigError(
             f"run.model.path '{path}' is not a Hugging Face model directory: it lacks "
             f"{'; '.join(missing)}. With build_base: false the pipeline uses that directory "
-            "as it is: copy the whole model there (README, the paper's setup), or set "
+            "as it is: copy the whole model there (README, the paper's setup on two GPUs), or set "
             "build_base: true for the embedded tiny model.")
 
 

@@ -16,7 +16,7 @@ def resolve_device(spec: str, role: str) -> torch.device:
             raise ConfigError(
                 f"model.{role}_device is '{spec}' but CUDA is not available here (torch "
                 f"{torch.__version__}): set it to auto or cpu, or install torch's CUDA build "
-                "for this machine's GPUs (README, 'GPU setup')")
+                "for this machine's GPUs (docs/setup.md, 'GPU setup')")
         if device.type == "cuda" and (device.index or 0) >= n:
             raise ConfigError(
                 f"model.{role}_device is '{spec}' but this machine has {n} GPU"
