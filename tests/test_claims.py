@@ -6,16 +6,21 @@ import pytest
 
 from rlcore.analysis.claims import (
     CONTRADICTED,
+    EQUIVALENT,
     SUPPORTED,
     UNRESOLVED,
     Effect,
+    Sesoi,
     arm_from_path,
     claim_from_config,
     claims_markdown,
     claims_table,
     comparison_text,
+    delta_for,
     paired_effect,
     seeds_needed,
+    seeds_needed_equivalence,
+    sesoi_from_config,
     unpaired_effect,
     verdict,
 )
@@ -77,8 +82,48 @@ def test_seeds_needed_by_hand():
     (math.nan, math.nan, "positive", UNRESOLVED),
 ])
 def test_verdict_from_the_interval(lo, hi, expect, want):
-    assert verdict(Effect(0.3, lo, hi, 3, 0.1), expect) == want
+    assert verdict(Effect(0.3, lo, hi, 3, 0.1), expect)[0] == want
 
+
+def test_equivalence_by_hand():
+    # mean 0.005, se 0.005 over 3 seeds: 90 % interval 0.005 +- 2.920 x 0.005 =
+    # [-0.0096, 0.0196]; the 95 % one, [-0.02, 0.03], contains zero
+    e = Effect(0.005, -0.02, 0.03, 3, 0.00866, se=0.005, df=2)
+    assert e.interval90() == pytest.approx((0.005 - 0.0146, 0.005 + 0.0146))
+    assert verdict(e, "positive", delta=0.02) == (EQUIVALENT, "equivalence")
+    # a claim that something does not improve is supported by it, and says so
+    assert verdict(e, "positive", 0.02, or_equivalent=True) == (SUPPORTED, "equivalence")
+    # delta too tight for this interval: 0.0196 > 0.015, and zero is inside the 95 %
+    assert verdict(e, "positive", delta=0.015) == (UNRESOLVED, "")
+    # an interval on the predicted side is support on that basis
+    assert verdict(Effect(0.3, 0.1, 0.5, 3, 0.1, se=0.05, df=2), "positive", 0.02) == (
+        SUPPORTED, "interval")
+
+
+def test_seeds_needed_for_equivalence_by_hand():
+    # (1.6449 + 1.2816)^2 = 8.5639; paired: 8.5639 x (0.01 / 0.02)^2 + 1.6449^2 / 2
+    # = 2.1410 + 1.3528 = 3.49 -> 4; unpaired: 2.1410 + 1.3528 / 2 = 2.82 -> 3
+    assert seeds_needed_equivalence(0.01, 0.02, paired=True) == 4
+    assert seeds_needed_equivalence(0.01, 0.02, paired=False) == 3
+    # five times the spread: 8.5639 x 6.25 + 1.3528 = 54.88 -> 55
+    assert seeds_needed_equivalence(0.05, 0.02, paired=True) == 55
+    assert math.isnan(seeds_needed_equivalence(math.nan, 0.02, paired=True))
+    assert math.isnan(seeds_needed_equivalence(0.01, math.nan, paired=True))
+
+
+def test_a_relative_delta_is_a_share_of_the_reference_arm():
+    claim = claim_from_config(SPEC)  # areal weighted 1, sync -1: sync is the reference
+    sesoi = {"reward_per_1k_tokens": Sesoi(0.05, relative=True, reason="a test")}
+    assert delta_for(claim, [{0: 1.0}, {0: 10.0, 1: 20.0, 2: 30.0}], sesoi) == pytest.approx(1.0)
+    assert math.isnan(delta_for(claim, [{0: 1.0}, {}], sesoi))  # no reference runs
+    absolute = {"reward_per_1k_tokens": Sesoi(0.5, relative=False, reason="a test")}
+    assert delta_for(claim, [{0: 1.0}, {}], absolute) == 0.5
+    assert sesoi_from_config({"m": {"delta": 0.02, "relative": False, "reason": "r"}}) == {
+        "m": Sesoi(0.02, False, "r")}
+
+
+SESOI = {"reward_per_1k_tokens": Sesoi(0.05, relative=True, reason="a test"),
+         "heldout_pass_rate": Sesoi(0.02, relative=False, reason="a test")}
 
 SPEC = {
     "id": "C5", "statement": "AReaL-style has the highest reward per 1k tokens",
@@ -100,7 +145,7 @@ def test_claims_table_from_rows():
     rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
     rows.append(_row("sync", "none", 0, 0, 50.0, clock="wall"))  # another clock: ignored
     rows.append(_row("areal", "areal", 2, 0, 50.0, replayed="decoupled"))  # a replay: ignored
-    (row,) = claims_table([claim], rows, budget_min=20)
+    (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
     assert row["effect"] == pytest.approx(5 / 3)
     assert row["verdict"] == SUPPORTED and row["seeds"] == 3 and row["seeds_needed"] == 3
     assert row["missing_arms"] == ""
@@ -108,7 +153,11 @@ def test_claims_table_from_rows():
     assert row["job_min_per_seed"] == pytest.approx(2.0) and row["extra_job_min"] == 0
     assert row["spare_min"] == pytest.approx(20 - 8)  # 8 jobs of a minute read
     md = claims_markdown([row])
-    assert "| C5 |" in md and "| supported |" in md and "| 3 / 3 |" in md
+    # delta: 5 % of sync's mean 1/3; equivalence would need 8.5639 x (sqrt(1/3) x 60)^2
+    # + 1.3528 = 10276.6 + 1.4 = 10277.98 -> 10278 seeds
+    assert row["delta"] == pytest.approx(1 / 60) and row["seeds_needed_equivalence"] == 10278
+    assert "| C5 |" in md and "| supported |" in md
+    assert "| 3 / 3 or 10278 for equivalence |" in md
 
 
 def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
@@ -118,15 +167,16 @@ def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
     rows = [_row("areal", "areal", 2, s, v, job_s=30.0) for s, v in enumerate([1.0, 0.0, 1.0])]
     rows += [_row("sync", "none", 0, s, v, job_s=j)
              for s, v, j in [(0, 0.0, 10.0), (1, 1.0, 20.0), (2, 0.0, 90.0)]]
-    (row,) = claims_table([claim], rows, budget_min=20)
+    (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
     assert row["verdict"] == UNRESOLVED and row["seeds_needed"] == 97
     assert row["job_min_per_seed"] == pytest.approx((30 + 20) / 60)  # medians, summed
     # 94 seeds more at 50 s: 78.3 min; the jobs read took 3 x 30 + 120 s = 3.5 min
     assert row["extra_job_min"] == pytest.approx(94 * 50 / 60)
     assert row["spare_min"] == pytest.approx(16.5) and row["beyond_budget"]
-    assert "3 / 97 (+78.3 job-min)" in claims_markdown([row])
+    assert "3 / 97 or " in claims_markdown([row])
+    assert "for equivalence (+78.3 job-min)" in claims_markdown([row])
     assert "unresolved at this power; more seeds do not fit the budget" in claims_markdown([row])
-    (row,) = claims_table([claim], rows, budget_min=90)
+    (row,) = claims_table([claim], rows, budget_min=90, sesoi=SESOI)
     assert "; more seeds fit the budget" in claims_markdown([row])
 
 
@@ -136,20 +186,38 @@ def test_a_replay_arm_is_priced_with_the_live_run_it_replays():
     rows = [_row("areal", "areal", 2, s, 1.0, job_s=40.0) for s in range(2)]
     rows += [_row("areal", "areal", 2, s, 1.0, replayed=r, job_s=5.0)
              for s in range(2) for r in ("decoupled", "behav_clip")]
-    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20)
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=SESOI)
     assert row["job_min_per_seed"] == pytest.approx((40 + 5 + 5) / 60)
     rows = [r for r in rows if r["replayed"]]  # the live run missing: no price
-    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20)
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=SESOI)
     assert math.isnan(row["job_min_per_seed"]) and row["beyond_budget"]
 
 
 def test_a_claim_without_runs_is_unresolved_and_names_the_missing_arm():
     claim = claim_from_config(SPEC)
     rows = [_row("areal", "areal", 2, s, 1.0) for s in range(3)]
-    (row,) = claims_table([claim], rows, budget_min=20)
+    (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
     assert row["verdict"] == UNRESOLVED and row["seeds"] == 0
     assert row["missing_arms"] == "sync/none/K0/pg"
     assert "no runs: sync/none/K0/pg" in claims_markdown([row])
+
+
+def test_a_claim_with_no_effect_that_matters_is_equivalent():
+    spec = {**SPEC, "metric": "heldout_pass_rate"}
+    # per-seed contrasts 0, 0.01, -0.005: mean 0.00167, sd 0.00764, se 0.00441; 90 %
+    # interval +- 2.920 x 0.00441 = [-0.0112, 0.0145], inside +-0.02; the 95 % contains 0
+    rows = [{**_row("areal", "areal", 2, s, None), "heldout_pass_rate": v}
+            for s, v in enumerate([0.70, 0.71, 0.70])]
+    rows += [{**_row("sync", "none", 0, s, None), "heldout_pass_rate": v}
+             for s, v in enumerate([0.70, 0.70, 0.705])]
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=SESOI)
+    assert (row["verdict"], row["basis"], row["delta"]) == (EQUIVALENT, "equivalence", 0.02)
+    assert (row["ci90_lo"], row["ci90_hi"]) == pytest.approx((-0.01121, 0.01454), abs=1e-5)
+    assert row["ci95_lo"] < 0 < row["ci95_hi"]
+    assert "equivalent (the 90 % interval lies within +-delta)" in claims_markdown([row])
+    (row,) = claims_table([claim_from_config({**spec, "or_equivalent": True})], rows,
+                          budget_min=20, sesoi=SESOI)
+    assert (row["verdict"], row["basis"]) == (SUPPORTED, "equivalence")
 
 
 def test_an_arm_path_with_one_more_level_is_a_replay():

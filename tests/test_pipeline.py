@@ -118,10 +118,12 @@ class TestChecks:
             "train_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "train.jsonl"),
             "heldout_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "heldout.jsonl")}),
          "math/train.jsonl:1: 'question' is a required property"),
+        (lambda d: d["sesoi"].pop("short_bias"),
+         "claims[2] (T3) is on metric 'short_bias', which sesoi does not give a delta"),
     ], ids=["missing-model", "unknown-policy", "sync-k", "k-axis", "unknown-profile",
             "profile-named-wall", "run-clock", "k-axis-clock", "no-wall-block",
             "replays-select-nothing", "window", "claim-arm", "claim-replay-arm",
-            "policy-task-file"])
+            "policy-task-file", "claim-sesoi"])
     def test_what_the_schema_cannot_say_is_refused_with_the_fix(
             self, edit: Callable[[dict[str, Any]], None], message: str | tuple[str, ...]):
         data = small_pipeline_config()

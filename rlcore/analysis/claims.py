@@ -11,15 +11,20 @@ The effect is the contrast of the arms' values, with a two-sided 95 % t interval
   values; their mean and t interval (n - 1 degrees of freedom);
 - unpaired: the contrast of the arms' means, Welch-Satterthwaite degrees of freedom.
 
-The verdict comes from the interval alone: *supported* when it lies wholly on the side of
-zero the claim predicts, *contradicted* when it lies wholly on the other side, otherwise
-*unresolved at this power*. Beside it, the seeds per arm that a two-sided test at
-alpha = 0.05 would need for power 0.8 at the effect and spread observed (Guenther's
-correction of the normal approximation), and what the seeds it lacks would cost this
-machine: the median `time.job_s` of each arm's jobs (a replay arm's live run included),
-summed over the arms, times the seeds missing. The row says whether that fits the budget's
-spare: `claims_budget_min` (the minutes of run and replay jobs a fresh `make run` has room
-for) less the minutes the jobs read here took.
+Each metric has a smallest effect size of interest, delta (`sesoi:` in the config, absolute
+or a share of the reference arm's mean): an effect within +-delta does not matter. The
+verdict comes from the intervals alone: *equivalent* when the 90 % interval lies inside
++-delta (two one-sided tests at alpha 0.05: no effect that matters); else *supported* when
+the 95 % interval lies wholly on the side of zero the claim predicts, *contradicted* when it
+lies wholly on the other side, otherwise *unresolved at this power*. A claim that something
+does not improve (`or_equivalent`) is supported by either its side or equivalence, and the
+row says which. Beside it, the seeds per arm that would settle it at power 0.8: a two-sided
+test at alpha = 0.05 at the effect and spread observed, and the two one-sided tests at a
+true effect of zero (each with Guenther's correction of the normal approximation), and what
+the seeds it lacks would cost this machine: the median `time.job_s` of each arm's jobs (a
+replay arm's live run included), summed over the arms, times the seeds missing. The row says
+whether that fits the budget's spare: `claims_budget_min` (the minutes of run and replay
+jobs a fresh `make run` has room for) less the minutes the jobs read here took.
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlcore.analysis.tables import t975
+from rlcore.analysis.tables import t95, t975
 from rlcore.record.identity import WALL_CLOCK, parse_arm
 
 SUPPORTED, CONTRADICTED, UNRESOLVED = "supported", "contradicted", "unresolved at this power"
+EQUIVALENT = "equivalent"
 Z975 = 1.959964  # two-sided alpha = 0.05
 Z80 = 0.841621  # power 0.8
+Z95 = 1.644854  # one-sided alpha = 0.05, each of an equivalence's two tests
+Z90 = 1.281552  # power 0.8 of both one-sided tests at a true effect of zero
 ARM_KEYS = ("clock", "mode", "policy", "staleness_k", "objective", "replayed")
 
 
@@ -62,8 +70,25 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class Sesoi:
+    """A metric's smallest effect size of interest: an effect within +-delta does not matter."""
+
+    delta: float
+    relative: bool  # delta is a share of the reference arm's mean (the arm weighted -1)
+    reason: str
+
+
+def sesoi_from_config(spec: Mapping[str, Mapping[str, Any]]) -> dict[str, Sesoi]:
+    """{metric: Sesoi} from the pipeline config's `sesoi:` (schema-checked there)."""
+    return {metric: Sesoi(float(s["delta"]), bool(s["relative"]), str(s["reason"]))
+            for metric, s in spec.items()}
+
+
+@dataclass(frozen=True)
 class Claim:
-    """One comparison that tests a claim: `expect` is the sign the claim predicts."""
+    """One comparison that tests a claim: `expect` is the sign the claim predicts;
+    `or_equivalent`: the claim is that something does not improve, so equivalence (no effect
+    that matters) supports it too."""
 
     id: str
     statement: str
@@ -72,6 +97,7 @@ class Claim:
     expect: Literal["positive", "negative"]
     pairing: Literal["seed", "none"]
     arms: tuple[Arm, ...]
+    or_equivalent: bool = False
 
     @property
     def clock(self) -> str:
@@ -93,7 +119,7 @@ def claim_from_config(spec: Mapping[str, Any]) -> Claim:
     arms = tuple(arm_from_path(path, w) for path, w in spec["contrast"].items())
     return Claim(id=spec["id"], statement=spec["statement"], source=spec["source"],
                  metric=spec["metric"], expect=spec["expect"], pairing=spec["pairing"],
-                 arms=arms)
+                 arms=arms, or_equivalent=bool(spec.get("or_equivalent", False)))
 
 
 def comparison_text(claim: Claim) -> str:
@@ -112,13 +138,21 @@ def comparison_text(claim: Claim) -> str:
 
 @dataclass(frozen=True)
 class Effect:
-    """A contrast's estimate: mean, 95 % interval, the seeds behind it and its spread."""
+    """A contrast's estimate: mean, 95 % interval, the seeds behind it and its spread, and
+    its standard error and degrees of freedom (for the other intervals)."""
 
     mean: float
     lo: float
     hi: float
     seeds: int  # paired: seeds in every arm; unpaired: the fewest of any arm
     spread: float  # paired: sd of the per-seed contrasts; unpaired: sqrt(sum w^2 sd^2)
+    se: float = math.nan
+    df: float = math.nan
+
+    def interval90(self) -> tuple[float, float]:
+        """The two-sided 90 % interval: its bounds are the two one-sided tests' at 0.05."""
+        half = t95(self.df) * self.se if not math.isnan(self.se) else math.nan
+        return self.mean - half, self.mean + half
 
 
 def paired_effect(values: Sequence[Mapping[int, float]], weights: Sequence[float]) -> Effect:
@@ -129,8 +163,9 @@ def paired_effect(values: Sequence[Mapping[int, float]], weights: Sequence[float
         mean = diffs[0] if diffs else math.nan
         return Effect(mean, math.nan, math.nan, len(diffs), math.nan)
     mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
-    half = t975(len(diffs) - 1) * sd / math.sqrt(len(diffs))
-    return Effect(mean, mean - half, mean + half, len(diffs), sd)
+    se = sd / math.sqrt(len(diffs))
+    half = t975(len(diffs) - 1) * se
+    return Effect(mean, mean - half, mean + half, len(diffs), sd, se, len(diffs) - 1)
 
 
 def unpaired_effect(values: Sequence[Sequence[float]], weights: Sequence[float]) -> Effect:
@@ -147,10 +182,10 @@ def unpaired_effect(values: Sequence[Sequence[float]], weights: Sequence[float])
                            for w, v in zip(weights, values, strict=True)))
     var = sum(parts)
     if var == 0:
-        return Effect(mean, mean, mean, n, 0.0)
+        return Effect(mean, mean, mean, n, 0.0, 0.0, n - 1)
     df = var**2 / sum(p * p / (len(v) - 1) for p, v in zip(parts, values, strict=True) if p)
     half = t975(df) * math.sqrt(var)
-    return Effect(mean, mean - half, mean + half, n, spread)
+    return Effect(mean, mean - half, mean + half, n, spread, math.sqrt(var), df)
 
 
 def seeds_needed(effect: float, spread: float, paired: bool) -> float:
@@ -165,17 +200,46 @@ def seeds_needed(effect: float, spread: float, paired: bool) -> float:
     return float(max(2, math.ceil(n)))
 
 
-def verdict(effect: Effect, expect: str) -> str:
-    """supported / contradicted / unresolved, from where the 95 % interval lies."""
+def seeds_needed_equivalence(spread: float, delta: float, paired: bool) -> float:
+    """Seeds per arm for two one-sided tests at alpha 0.05 to show equivalence within
+    +-delta with power 0.8 when the true effect is zero, given `spread` as for
+    `seeds_needed`; nan when the spread or delta is unknown."""
+    if math.isnan(spread) or math.isnan(delta) or delta <= 0:
+        return math.nan
+    n = (Z95 + Z90) ** 2 * (spread / delta) ** 2 + Z95**2 / (2 if paired else 4)
+    return float(max(2, math.ceil(n)))
+
+
+def verdict(effect: Effect, expect: str, delta: float = math.nan,
+            or_equivalent: bool = False) -> tuple[str, str]:
+    """(verdict, basis): equivalent when the 90 % interval lies inside +-delta (for an
+    `or_equivalent` claim: supported, on that basis); else supported / contradicted by where
+    the 95 % interval lies, or unresolved. The basis is `equivalence`, `interval` or ''."""
     if math.isnan(effect.lo):
-        return UNRESOLVED
+        return UNRESOLVED, ""
+    lo90, hi90 = effect.interval90()
+    if delta > 0 and -delta < lo90 and hi90 < delta:
+        return (SUPPORTED if or_equivalent else EQUIVALENT), "equivalence"
     sign = 1 if expect == "positive" else -1
     lo, hi = sorted((sign * effect.lo, sign * effect.hi))
     if lo > 0:
-        return SUPPORTED
+        return SUPPORTED, "interval"
     if hi < 0:
-        return CONTRADICTED
-    return UNRESOLVED
+        return CONTRADICTED, "interval"
+    return UNRESOLVED, ""
+
+
+def delta_for(claim: Claim, per_arm: Sequence[Mapping[int, float]],
+              sesoi: Mapping[str, Sesoi]) -> float:
+    """The claim's delta in its metric's units: the metric's own, or its share of the mean
+    of the reference arm (the one weighted -1); nan without a reference or its runs."""
+    s = sesoi[claim.metric]
+    if not s.relative:
+        return s.delta
+    ref = [v for a, v in zip(claim.arms, per_arm, strict=True) if a.weight == -1]
+    if len(ref) != 1 or not ref[0]:
+        return math.nan
+    return s.delta * abs(statistics.fmean(ref[0].values()))
 
 
 def row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -206,11 +270,11 @@ def job_s_per_seed(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> float:
     return sum(statistics.median(t) for t in times.values())
 
 
-def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float
-             ) -> dict[str, Any]:
+def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
+             sesoi: Mapping[str, Sesoi]) -> dict[str, Any]:
     """One row of the claims table for `claim` over run and replay `rows` (each with the
     ARM_KEYS, `seed`, `job_s` and the claim's metric); `spare_min` is the minutes of jobs
-    the budget has left for more seeds."""
+    the budget has left for more seeds; `sesoi` gives each metric's delta."""
     per_arm = [arm_values(rows, arm, claim.metric) for arm in claim.arms]
     weights = [a.weight for a in claim.arms]
     paired = claim.pairing == "seed"
@@ -219,9 +283,16 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float
     else:
         effect = unpaired_effect([list(v.values()) for v in per_arm], weights)
     missing = [a.label() for a, v in zip(claim.arms, per_arm, strict=True) if not v]
+    delta = delta_for(claim, per_arm, sesoi)
     need = seeds_needed(effect.mean, effect.spread, paired)
+    need_eq = seeds_needed_equivalence(effect.spread, delta, paired)
+    # the seeds that settle it one way or the other: the fewer of the two outcomes' needs
+    fewest = min((n for n in (need, need_eq) if not math.isnan(n)), default=math.nan)
     per_seed = job_s_per_seed(claim, rows)
-    extra = max(0.0, need - effect.seeds) * per_seed / 60 if math.isfinite(need) else need
+    extra = (max(0.0, fewest - effect.seeds) * per_seed / 60 if math.isfinite(fewest)
+             else fewest)
+    lo90, hi90 = effect.interval90()
+    outcome, basis = verdict(effect, claim.expect, delta, claim.or_equivalent)
     return {
         "claim": claim.id,
         "statement": claim.statement,
@@ -233,25 +304,30 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float
         "effect": effect.mean,
         "ci95_lo": effect.lo,
         "ci95_hi": effect.hi,
+        "ci90_lo": lo90,
+        "ci90_hi": hi90,
+        "delta": delta,
         "seeds": effect.seeds,
         "seeds_needed": need,
+        "seeds_needed_equivalence": need_eq,
         "job_min_per_seed": per_seed / 60,
         # the seeds it lacks, for its arms alone, one job at a time on this machine
         "extra_job_min": extra,
         "spare_min": spare_min,
         "beyond_budget": not extra <= spare_min,  # nan and inf included
-        "verdict": verdict(effect, claim.expect),
+        "verdict": outcome,
+        "basis": basis,
         "missing_arms": "; ".join(missing),
     }
 
 
 def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]],
-                 budget_min: float) -> list[dict[str, Any]]:
+                 budget_min: float, sesoi: Mapping[str, Sesoi]) -> list[dict[str, Any]]:
     """The claims table, one row per comparison, in the config's order; `budget_min` is the
     minutes of jobs a run of the grid has room for, of which `rows` (runs and replays) took
-    their `job_s`."""
+    their `job_s`; `sesoi` gives each claim's metric its delta."""
     spare = budget_min - sum(float(r["job_s"]) for r in rows) / 60
-    return [evaluate(c, rows, spare) for c in claims]
+    return [evaluate(c, rows, spare, sesoi) for c in claims]
 
 
 def _num(x: float, digits: int) -> str:
@@ -262,23 +338,34 @@ def _num(x: float, digits: int) -> str:
     return f"{x:.{digits}f}"
 
 
+def _count(n: float) -> str:
+    return "n/a" if math.isnan(n) else ("inf" if math.isinf(n) else f"{n:.0f}")
+
+
 def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
-    """The claims table as Markdown: claim, comparison, effect [95 % CI], seeds (with the
-    job-minutes the seeds it lacks would take), verdict (and whether those fit the budget's
-    spare)."""
-    lines = ["| claim | statement (source) | comparison | effect [95 % CI] | seeds "
+    """The claims table as Markdown: claim, comparison, effect [95 % CI] and delta, seeds
+    (those a difference and an equivalence would need, with the job-minutes the seeds it
+    lacks would take), verdict (and whether those fit the budget's spare)."""
+    lines = ["| claim | statement (source) | comparison | effect [95 % CI]; delta | seeds "
              "(have / need) | verdict |", "|---|---|---|---|---|---|"]
     for r in table:
-        need = r["seeds_needed"]
-        need_text = "n/a" if math.isnan(need) else ("inf" if math.isinf(need) else f"{need:.0f}")
+        need, need_eq = r["seeds_needed"], r["seeds_needed_equivalence"]
+        need_text = _count(need)
+        if not math.isnan(need_eq):
+            need_text += f" or {_count(need_eq)} for equivalence"
         if math.isfinite(r["extra_job_min"]) and r["extra_job_min"] > 0:
             need_text += f" (+{r['extra_job_min']:.1f} job-min)"
         verdict_text = r["verdict"]
-        if r["verdict"] == UNRESOLVED and not need <= r["seeds"]:
+        if r["basis"] == "equivalence":
+            verdict_text += (" (equivalence: the 90 % interval lies within +-delta)"
+                             if r["verdict"] == SUPPORTED else
+                             " (the 90 % interval lies within +-delta)")
+        fewest = min((n for n in (need, need_eq) if not math.isnan(n)), default=math.nan)
+        if r["verdict"] == UNRESOLVED and not fewest <= r["seeds"]:
             verdict_text += ("; more seeds do not fit the budget" if r["beyond_budget"]
                              else "; more seeds fit the budget")
         effect = (f"{_num(r['effect'], digits)} [{_num(r['ci95_lo'], digits)}, "
-                  f"{_num(r['ci95_hi'], digits)}]")
+                  f"{_num(r['ci95_hi'], digits)}]; +-{_num(r['delta'], digits)}")
         expect = "> 0" if r["expect"] == "positive" else "< 0"
         comparison = r["comparison"] + (f" (no runs: {r['missing_arms']})"
                                         if r["missing_arms"] else "")

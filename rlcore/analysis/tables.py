@@ -37,6 +37,12 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
          2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
          2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
+# One-sided 95% (two-sided 90%) Student-t critical values t_{0.95, df} for df = 1..30; 1.645
+# beyond: the bounds of the interval an equivalence test (two one-sided tests) reads.
+_T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+        1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+        1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
+
 GROUP = ("clock", "mode", "policy", "staleness_k", "objective")
 
 
@@ -72,6 +78,13 @@ def t975(df: float) -> float:
     Welch's gives, rounds down: the wider interval); 1.96 past the table."""
     df = max(1, math.floor(df))
     return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def t95(df: float) -> float:
+    """The 95 % quantile of Student's t with `df` degrees of freedom, rounded down as
+    `t975`; 1.645 past the table."""
+    df = max(1, math.floor(df))
+    return _T95[df - 1] if df <= len(_T95) else 1.645
 
 
 def run_row(run_dir: Path) -> dict[str, Any]:

@@ -109,10 +109,18 @@ def check_grid(config: dict[str, Any]) -> None:
 
 
 def check_claims(config: dict[str, Any]) -> None:
-    """Every arm of every claim is a run or a replay of the grid."""
+    """Every arm of every claim is a run or a replay of the grid, and every claim's metric
+    has its smallest effect of interest (`sesoi`)."""
     runs = {RunId(**p).arm() for p in grid_points(config)}
     replays = {RunId(**p).arm() for p in replay_points(config)}
+    sesoi = config.get("sesoi", {})
     for i, claim in enumerate(config.get("claims", [])):
+        if claim["metric"] not in sesoi:
+            raise ConfigError(
+                f"claims[{i}] ({claim['id']}) is on metric '{claim['metric']}', which sesoi "
+                "does not give a delta: add `sesoi: {" + claim["metric"] + ": {delta: ..., "
+                "relative: ..., reason: ...}}` (docs/claims.md, the smallest effect that "
+                "matters)")
         for arm in claim["contrast"]:
             kind = "replay" if parse_arm(arm)["replayed"] is not None else "run"
             if arm not in (replays if kind == "replay" else runs):

@@ -59,7 +59,8 @@ rule tables:
 
 rule claims:
     # The claims table, first in the report: each claim of config `claims` tested on the
-    # runs and replays its contrast names, with a verdict from the 95 % interval.
+    # runs and replays its contrast names, with a verdict from its intervals and the
+    # smallest effect of its metric that matters (config `sesoi`).
     input:
         runs=RUNS_TABLE,
     output:
@@ -76,6 +77,7 @@ rule claims:
     params:
         claims=config.get("claims", []),
         budget_min=config["claims_budget_min"],
+        sesoi=config.get("sesoi", {}),
         code=analysis_code("claims.py"),
     script:
         "../scripts/claims.py"

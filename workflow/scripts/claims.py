@@ -2,7 +2,13 @@
 
 from pathlib import Path
 
-from rlcore.analysis.claims import claim_from_config, claims_markdown, claims_table, row_key
+from rlcore.analysis.claims import (
+    claim_from_config,
+    claims_markdown,
+    claims_table,
+    row_key,
+    sesoi_from_config,
+)
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.analysis.tables import logged, read_runs, write_csv
 
@@ -15,7 +21,7 @@ def main(smk):
     for r in rows:
         if r["replayed"] is None and row_key(r) in audited:
             r["short_bias"] = run_short_bias(Path(r["run_dir"]))
-    table = claims_table(claims, rows, smk.params.budget_min)
+    table = claims_table(claims, rows, smk.params.budget_min, sesoi_from_config(smk.params.sesoi))
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
 
