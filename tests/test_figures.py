@@ -122,3 +122,20 @@ def test_length_stats_by_hand():
     # mean (10 + 40 + 160) / 10 = 21; 10 % of 10 is reached at 5, 90 % (9) at 40
     assert (s["n"], s["mean"], s["p10"], s["p90"]) == (10, 21.0, 5, 40)
     assert length_stats({})["n"] == 0
+
+
+def test_the_forest_plot_puts_each_claim_in_units_of_its_delta(tmp_path: Path):
+    from rlcore.analysis.claims import EQUIVALENT, SUPPORTED
+    from rlcore.analysis.figures.claims import draw_claims_forest, in_deltas, row_label
+
+    row = {"claim": "C2", "statement": "staleness helps", "clock": "wall", "expect": "positive",
+           "effect": 0.01, "ci95_lo": -0.01, "ci95_hi": 0.03, "delta": 0.02,
+           "verdict": EQUIVALENT, "basis": "equivalence"}
+    assert in_deltas(row) == pytest.approx((0.5, -0.5, 1.5))
+    assert row_label(row) == "C2 live: staleness helps"
+    virtual = {**row, "claim": "C3", "clock": "v100", "delta": float("nan"),
+               "verdict": SUPPORTED}
+    assert row_label(virtual) == "C3 on v100: staleness helps"
+    assert all(x != x for x in in_deltas(virtual))  # nan: no delta, no bar
+    draw_claims_forest([row, virtual], tmp_path / "f.png", tmp_path / "f.svg")
+    assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.svg").is_file()

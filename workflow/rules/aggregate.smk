@@ -70,6 +70,12 @@ rule claims:
             caption="../../reports/claims.rst",
             category="Claims",
         ),
+        forest=report(
+            f"{R}/figures/claims_forest.png",
+            caption="../../reports/claims_forest.rst",
+            category="Claims",
+        ),
+        forest_svg=f"{R}/figures/claims_forest.svg",
     log:
         f"{R}/logs/claims.log",
     conda:

@@ -236,10 +236,15 @@ def replay_outputs():
 
 
 def claims_outputs():
-    """The claims table (none without `claims`)."""
+    """The claims table and its forest plot (none without `claims`)."""
     if not config.get("claims"):
         return []
-    return [f"{R}/tables/claims.csv", f"{R}/tables/claims.md"]
+    return [
+        f"{R}/tables/claims.csv",
+        f"{R}/tables/claims.md",
+        f"{R}/figures/claims_forest.png",
+        f"{R}/figures/claims_forest.svg",
+    ]
 
 
 def all_outputs():

@@ -1,4 +1,5 @@
-"""The claims table from the runs and replays its claims name (rlcore.analysis.claims)."""
+"""The claims table from the runs and replays its claims name (rlcore.analysis.claims), and
+its forest plot."""
 
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from rlcore.analysis.claims import (
     row_key,
     sesoi_from_config,
 )
+from rlcore.analysis.figures.claims import draw_claims_forest
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.analysis.tables import logged, read_runs, write_csv
 
@@ -24,6 +26,7 @@ def main(smk):
     table = claims_table(claims, rows, smk.params.budget_min, sesoi_from_config(smk.params.sesoi))
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
+    draw_claims_forest(table, smk.output.forest, smk.output.forest_svg)
 
 
 logged(snakemake.log[0], main, snakemake)  # noqa: F821 - injected by Snakemake
