@@ -34,7 +34,7 @@ PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
            "quality_throughput", "quality_vs_k", "staleness", "length_bias", "queue_depth",
            "worker_activity", "quality_vs_k_replayed", "plan_vs_measured", "prompt_audit",
-           "response_lengths")
+           "response_lengths", "claims_forest")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
