@@ -20,15 +20,16 @@ from rlcore.analysis.figures.style import (
     arm_ks,
     by_clock,
     clock_panels,
+    clock_title,
     config_label,
     group_rows,
     lighter,
     line_style,
     mean_curve,
-    objective_axes,
     objectives_of,
     panel_legend,
     pass_rate_curve,
+    plt,
     save,
     seconds_of,
 )
@@ -36,28 +37,41 @@ from rlcore.analysis.tables import mean_ci95
 
 
 def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
-    """Paper Figure 2: training pass rate against policy updates, per configuration, a row of
-    panels per clock."""
+    """Paper Figure 2: training pass rate against policy updates, per configuration, the
+    mean over seeds with their range shaded; a panel per clock (and objective), side by
+    side on one y axis."""
     groups = group_rows(rows)
     objectives, ks, colors = objectives_of(groups), arm_ks(groups), arm_colors(groups)
     clocks = by_clock(rows)
-    fig, axes = objective_axes(list(clocks), objectives, height=4.0)
+    panels = [(clock, objective) for clock in clocks for objective in objectives]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.6, 4.2),
+                             sharey=True, squeeze=False, layout="constrained")
     threshold = None
-    for panels, clock_rows in zip(axes, clocks.values(), strict=True):
-        for (mode, policy, k, objective), members in group_rows(clock_rows).items():
+    for ax, (clock, objective) in zip(axes[0], panels, strict=True):
+        for (mode, policy, k, obj), members in group_rows(clocks[clock]).items():
+            if obj != objective:
+                continue
             curves = [pass_rate_curve(Path(r["run_dir"])) for r in members]
             threshold = curves[0][1]
             mean, _ = mean_curve([c for c, _ in curves])
-            panels[objectives.index(objective)].plot(
-                range(1, len(mean) + 1), mean, label=config_label(mode, policy, k),
-                linewidth=1.1, **line_style(colors[(mode, policy)], k, ks[(mode, policy)]))
-        panels[0].set_ylabel("training pass rate (trailing mean)")
-    for ax in axes.flat:
+            steps = range(1, len(mean) + 1)
+            style = line_style(colors[(mode, policy)], k, ks[(mode, policy)])
+            if len(curves) > 1:
+                low = [min(c[i] for c, _ in curves) for i in range(len(mean))]
+                high = [max(c[i] for c, _ in curves) for i in range(len(mean))]
+                ax.fill_between(steps, low, high, color=style["color"], alpha=0.12, lw=0)
+            ax.plot(steps, mean, label=config_label(mode, policy, k), linewidth=1.2, **style)
+        title = clock_title(clock) if len(objectives) == 1 else \
+            f"{clock_title(clock)}, objective {objective}"
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("training step (applied policy update)")
         if threshold is not None:
             ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=(0, (4, 4)))
-        ax.set_xlabel("training step (applied policy update)")
-    fig.legend(*panel_legend(axes.flat), loc="outside right center", fontsize=8,
-               title="mean over seeds\ngrey: threshold", title_fontsize=7)
+    axes[0][0].set_ylabel("training pass rate (trailing mean)")
+    fig.legend(*panel_legend(axes.flat), loc="outside lower center", fontsize=8, ncol=3,
+               title="mean over seeds, their range shaded; grey dashes: the threshold",
+               title_fontsize=7, frameon=False)
     save(fig, png, svg)
 
 
