@@ -149,6 +149,12 @@ def pytest_counts(log: Path) -> dict[str, int]:
     return counts
 
 
+def build_command(py: list[str], args: argparse.Namespace) -> list[str]:
+    """The stand-in's build as a process of its own (kept if already built)."""
+    return [*py, "-c", "import sys; from rlcore.policy.stand_in import build_stand_in; "
+            "print(build_stand_in(sys.argv[1], sys.argv[2]))", str(args.model), args.size]
+
+
 def stage1(check: Check, args: argparse.Namespace, py: list[str]) -> None:
     env = environment(args.device)
     check.data["env"] = env
@@ -158,9 +164,7 @@ def stage1(check: Check, args: argparse.Namespace, py: list[str]) -> None:
     # the tests build their own tiny model; the stand-in build is CPU work beside them
     tests = check.start("pytest_cuda", [*py, "-m", "pytest", "-m", "cuda", "-q", "-rs",
                                         "-p", "no:cacheprovider", "tests/test_cuda.py"])
-    build = check.start("stand_in", [*py, "-c", (
-        "import sys; from rlcore.policy.stand_in import build_stand_in; "
-        "print(build_stand_in(sys.argv[1], sys.argv[2]))"), str(args.model), args.size])
+    build = check.start("stand_in", build_command(py, args))
     check.finish("stand_in", build, args.limit_build)
     check.finish("pytest_cuda", tests, args.limit_tests)
     check.data["pytest_cuda"] = pytest_counts(check.work / "logs" / "pytest_cuda.log")
@@ -193,10 +197,7 @@ def stage2(check: Check, args: argparse.Namespace, py: list[str]) -> None:
     name = f"{card_name(env)}-qwen0.5b" if args.size == "0.5b" else "dry-run-tiny"
     profile = check.out / f"{name}.yaml"
     if not args.model.is_dir():
-        check.step("stand_in", [*py, "-c", (
-            "import sys; from rlcore.policy.stand_in import build_stand_in; "
-            "print(build_stand_in(sys.argv[1], sys.argv[2]))"), str(args.model), args.size],
-            args.limit_build)
+        check.step("stand_in", build_command(py, args), args.limit_build)
     ok = check.step("calibrate", [*py, "-m", "rlcore", "calibrate", CONFIG, "--out",
                                   str(profile), "--name", name, "--repeats",
                                   str(n["calibrate_repeats"]),

@@ -310,6 +310,7 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
         "seeds": effect.seeds,
         "seeds_needed": need,
         "seeds_needed_equivalence": need_eq,
+        "seeds_to_settle": fewest,
         "job_min_per_seed": per_seed / 60,
         # the seeds it lacks, for its arms alone, one job at a time on this machine
         "extra_job_min": extra,
@@ -360,8 +361,7 @@ def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
             verdict_text += (" (equivalence: the 90 % interval lies within +-delta)"
                              if r["verdict"] == SUPPORTED else
                              " (the 90 % interval lies within +-delta)")
-        fewest = min((n for n in (need, need_eq) if not math.isnan(n)), default=math.nan)
-        if r["verdict"] == UNRESOLVED and not fewest <= r["seeds"]:
+        if r["verdict"] == UNRESOLVED and not r["seeds_to_settle"] <= r["seeds"]:
             verdict_text += ("; more seeds do not fit the budget" if r["beyond_budget"]
                              else "; more seeds fit the budget")
         effect = (f"{_num(r['effect'], digits)} [{_num(r['ci95_lo'], digits)}, "

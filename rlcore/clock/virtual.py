@@ -59,6 +59,13 @@ class _Role:
     pool: _Pool | None = None  # the processors it is computing on now, when shared
 
 
+def shared_speed(n: int, processors: int | None, slowdown: float) -> float:
+    """The speed of each of n computations at once on shared processors (None: one each):
+    a share of the processors, slowed by what they share (`CpuCost`, `AcceleratorCost`)."""
+    running = n if processors is None else min(n, processors)
+    return running / n / (1 + slowdown * (running - 1))
+
+
 @dataclass(eq=False)
 class _Pool:
     """Processors that the roles computing on them share: each of n computations at once
@@ -84,10 +91,12 @@ class VirtualClock:
         # device work shares (`profile.accelerator`); None: each role has its own.
         sharing = not shared_interpreter and (
             profile.cpu.cores is not None or profile.cpu.concurrent_slowdown > 0)
-        self._cpu = _Pool(self._speed) if sharing else None
-        self._accelerator = (_Pool(self._accelerator_speed)
-                             if not shared_interpreter and profile.accelerator is not None
-                             else None)
+        cpu, device = profile.cpu, profile.accelerator
+        self._cpu = (_Pool(lambda n: shared_speed(n, cpu.cores, cpu.concurrent_slowdown))
+                     if sharing else None)
+        self._accelerator = (
+            _Pool(lambda n: shared_speed(n, None, device.concurrent_slowdown))
+            if not shared_interpreter and device is not None else None)
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -215,19 +224,6 @@ class VirtualClock:
         if self._accelerator is not None and isinstance(work, DEVICE_WORK):
             return self._accelerator
         return self._cpu
-
-    def _speed(self, n: int) -> float:
-        """The speed of each of n computations at once: a share of the cores, slowed by
-        what the cores share (`CpuCost`)."""
-        cpu = self._costs.cpu
-        running = n if cpu.cores is None else min(n, cpu.cores)
-        return running / n / (1 + cpu.concurrent_slowdown * (running - 1))
-
-    def _accelerator_speed(self, n: int) -> float:
-        """The speed of each of n device computations at once on the one accelerator
-        (`AcceleratorCost`)."""
-        assert self._costs.accelerator is not None
-        return 1 / (1 + self._costs.accelerator.concurrent_slowdown * (n - 1))
 
     def _progress(self, pool: _Pool) -> None:
         """Count the work done by the pool's computing roles since `pool.at` (under the

@@ -180,11 +180,11 @@ def weight_scales(spec: ParamSpec, budget_bytes: float = 2.5e8) -> list[ParamSpe
     if spec_bytes(spec) <= budget_bytes:
         return [[(f"{n}.{i}", shape, dtype) for i in range(scale) for n, shape, dtype in spec]
                 for scale in (1, 4, 16)]
-    out = []
+    whole, out = spec_bytes(spec), []
     for share in (0.25, 0.5, 1.0):
         part, total = [], 0
         for entry in spec:
-            if total >= share * spec_bytes(spec):
+            if total >= share * whole:
                 break
             part.append(entry)
             total += spec_bytes([entry])

@@ -45,7 +45,7 @@ def draw_claims_forest(table: Sequence[Mapping[str, Any]], png: str | Path,
     (linear inside ±1 delta), the side each claim predicts marked at the right."""
     n = len(table)
     fig, ax = plt.subplots(figsize=(7.5, 0.5 * n + 1.0))
-    ax.axvspan(-1, 1, color="#ececec", zorder=0, label="±delta: no effect that matters")
+    ax.axvspan(-1, 1, color="#ececec", zorder=0)
     ax.axvline(0, color="black", lw=0.8, zorder=1)
     reach = 1.0
     for i, row in enumerate(table):
