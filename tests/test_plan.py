@@ -97,9 +97,9 @@ class TestLengthSampler:
         # step 3 reaches the cap: no forward pass after the last token
         assert s.step(2) == 1
         assert charged[-1] == Decode(steps=1, rows=0, row_context=0)
-        assert s.done and s.tokens(0) == 1 and s.tokens(1) == 3 and not s.finished(1)
+        assert s.done and s.length(0) == 1 and s.length(1) == 3 and not s.finished(1)
         assert s.step(2) == 0  # done: nothing more is charged
-        s.reprefill()
+        s.reprefill(1)
         assert charged[-1] == Prefill(calls=1, tokens=2 * (5 + 3))
 
     def test_update_tokens_split_like_the_policy(self):

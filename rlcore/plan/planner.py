@@ -24,6 +24,7 @@ from rlcore.plan.controller import PlanController, update_tokens
 from rlcore.plan.lengths import Lengths, geometric
 from rlcore.plan.roles import Plan, param_service_role, rollout_role, trainer_role
 from rlcore.plan.sampler import LengthSampler
+from rlcore.policy.generation import generate
 from rlcore.record.timing import stale_drop_rate, wasted_token_share
 from rlcore.tasks.prompts import PromptStream
 from rlcore.tasks.suites import Task
@@ -85,17 +86,16 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         sampler = LengthSampler(charge, [work.prompt_tokens[p.task.prompt] for p in prompts],
                                 [work.lengths.draw(cfg.seed, s, 0) for s in slots],
                                 ro.max_new_tokens)
-        while not sampler.done:
-            sampled += sampler.step(ro.chunk_tokens)
+        sampled += generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled
         for _ in prompts:
             charge(Reward(kind=cfg.reward.verifier))
         charge(Handle(samples=len(prompts)))
-        lengths = [work.prompt_tokens[p.task.prompt] + sampler.tokens(i)
+        lengths = [work.prompt_tokens[p.task.prompt] + sampler.length(i)
                    for i, p in enumerate(prompts)]
         if cfg.train.objective == "decoupled":
             charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
         charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches)))
-        trained += sum(sampler.tokens(i) for i in range(len(prompts)))
+        trained += sum(sampler.length(i) for i in range(len(prompts)))
     wall = total["s"]
     return {"wall_s": wall, "updates_per_s": cfg.train.updates / wall if wall else 0.0,
             "accepted_samples_per_s": cfg.train.updates * b / wall if wall else 0.0,

@@ -14,7 +14,6 @@ When a live role changes how it schedules, its twin here must change with it:
 from __future__ import annotations
 
 import queue
-from collections import deque
 
 from rlcore.clock.profile import HardwareProfile
 from rlcore.clock.virtual import VirtualClock, VirtualFlag, VirtualQueue
@@ -31,7 +30,8 @@ from rlcore.plan.messages import (
     Tally,
 )
 from rlcore.plan.sampler import LengthSampler
-from rlcore.runners.asynchronous.messages import PromptSlot
+from rlcore.policy.generation import generate
+from rlcore.runners.asynchronous.rollout import PromptFeed
 from rlcore.tasks.suites import Task
 
 POLL_S = 0.05  # the runtime's receive timeout (runtime.py) and the prompt feed's
@@ -63,60 +63,50 @@ class Plan:
         return self.version
 
 
+class PlanLook:
+    """rollout.py's `Look` without the records: the run's stop, and newer weights."""
+
+    def __init__(self, p: Plan, role: str):
+        self.p, self.role, self.version = p, role, p.version
+
+    def cut(self, running: list[int]) -> tuple[str, list[int]] | None:
+        return ("stop", running) if self.p.stop.is_set() else None
+
+    def swap(self) -> int | None:
+        if self.p.version <= self.version:
+            return None
+        self.version = self.p.reload(self.role)
+        return self.version
+
+
 def rollout_role(p: Plan, index: int) -> None:
-    """rollout.py's loop: take prompts, generate in chunks, look at the version between."""
+    """rollout.py's loop: take prompts, run the generation loop, emit what it made."""
     cfg, ro = p.cfg, p.cfg.rollout
     role = f"rollout{index}"
-    local = p.version
-    held: deque[PromptSlot] = deque()
+    feed = PromptFeed(p.prompt_q, cfg.train.update_batch_size)
 
-    def charge(work: Work) -> None:
-        p.charge(role, work)
-
+    look = PlanLook(p, role)
     p.start.wait()
     while not p.stop.is_set():
-        if not held:  # rollout.py's PromptFeed
-            try:
-                held.extend(p.prompt_q.get(timeout=POLL_S))
-            except queue.Empty:
-                continue
-        while len(held) < cfg.train.update_batch_size:
-            try:
-                held.extend(p.prompt_q.get_nowait())
-            except queue.Empty:
-                break
-        batch = [held.popleft() for _ in range(min(cfg.train.update_batch_size, len(held)))]
+        batch = feed.take()
         if not batch:
             continue
-        if p.version > local:
-            local = p.reload(role)
-        start_version = local
-        sampler = LengthSampler(charge, [p.prompt_tokens[s.prompt] for s in batch],
+        if p.version > look.version:
+            look.version = p.reload(role)
+        start_version = look.version
+        sampler = LengthSampler(lambda work: p.charge(role, work),
+                                [p.prompt_tokens[s.prompt] for s in batch],
                                 [p.lengths.draw(cfg.seed, s.slot_id, s.attempt)
                                  for s in batch], ro.max_new_tokens)
+        gen = generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt, look)
+        p.tally.tokens_sampled += gen.sampled
+        p.tally.tokens_reprefilled += gen.reprefilled
         out = PlanBatch()
-        live = list(range(len(batch)))
-        while not sampler.done:
-            p.tally.tokens_sampled += sampler.step(ro.chunk_tokens)
-            if p.stop.is_set():
-                live = [i for i in live if sampler.finished(i)]
-                break
-            if sampler.done or p.version <= local:
-                continue
-            local = p.reload(role)
-            unfinished = [i for i in live if not sampler.finished(i)]
-            if cfg.staleness.interrupt == "continue":
-                p.tally.tokens_reprefilled += sum(sampler.tokens(i) for i in unfinished)
-                sampler.reprefill()
-                continue
-            if cfg.staleness.interrupt == "keep_kv":
-                continue
-            out.cuts = [PlanCut(batch[i], sampler.tokens(i)) for i in unfinished]
-            live = [i for i in live if sampler.finished(i)]
-            break
+        if gen.cut_reason == "interrupt":
+            out.cuts = [PlanCut(batch[i], n) for i, n in gen.cut.items()]
         out.samples = [PlanSample(batch[i], p.prompt_tokens[batch[i].prompt],
-                                  sampler.tokens(i), sampler.finished(i), start_version)
-                       for i in live]
+                                  sampler.length(i), sampler.finished(i), start_version)
+                       for i in gen.kept(sampler.rows)]
         p.inbox.put(out)
 
 

@@ -1,5 +1,6 @@
 """The rollout's sampler without a model: `ChunkedSampler`'s chunks, steps and prices, with
-each row's response length drawn (`lengths.py`) instead of sampled."""
+each row's response length drawn (`lengths.py`) instead of sampled. The generation loop
+(`rlcore/policy/generation.py`) runs it as it runs the live one."""
 
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ class LengthSampler:
         # the step at which a row stops appending: its stop token, or the cap
         self.ends = [n if fin else max_new_tokens for n, fin in draws]
         self.steps = 0
+        self.chunks = 0
         charge(Prefill(calls=1, tokens=self.rows * self.width))
 
-    def finished(self, i: int) -> bool:
-        """Row i has sampled its stop token."""
-        return self.draws[i][1] and self.ends[i] <= self.steps
+    def finished(self, row: int) -> bool:
+        """The row has sampled its stop token."""
+        return self.draws[row][1] and self.ends[row] <= self.steps
 
-    def tokens(self, i: int) -> int:
-        return min(self.ends[i], self.steps)
+    def length(self, row: int) -> int:
+        return min(self.ends[row], self.steps)
 
     @property
     def done(self) -> bool:
@@ -39,6 +41,7 @@ class LengthSampler:
         sampled = steps = rows = row_context = 0
         if self.done:
             return 0
+        self.chunks += 1
         for _ in range(n_tokens):
             if self.done:
                 break
@@ -52,5 +55,8 @@ class LengthSampler:
         self.charge(Decode(steps=steps, rows=rows, row_context=row_context))
         return sampled
 
-    def reprefill(self) -> None:
+    def reprefill(self, version: int) -> None:
         self.charge(Prefill(calls=1, tokens=self.rows * (self.width + self.steps)))
+
+    def keep_cache(self, version: int) -> None:
+        """Nothing to price: the new weights decode on the cache as it is."""

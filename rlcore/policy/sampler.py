@@ -1,9 +1,9 @@
-"""Chunked sampling with a KV cache: the rollout's generation loop (paper §4.5).
+"""Chunked sampling with a KV cache (paper §4.5).
 
-`ChunkedSampler` advances a batch `chunk_tokens` at a time so that a rollout worker can look
-at the policy clock between chunks, and records for every sampled token its log-probability
-under the sampling distribution (logits / temperature) and the policy version that sampled
-it. `HFPolicy.sampler` builds one.
+`ChunkedSampler` advances a batch `chunk_tokens` at a time so that the generation loop
+(`generation.py`) can look at the policy clock between chunks, and records for every sampled
+token its log-probability under the sampling distribution (logits / temperature) and the
+policy version that sampled it. `HFPolicy.sampler` builds one.
 
 Sampling randomness is a pure function of the run, not a generator's state: token j of
 attempt a of sample slot s in a run seeded r is drawn by inverse CDF with the uniform
@@ -154,6 +154,18 @@ class ChunkedSampler:
     @property
     def done(self) -> bool:
         return self.steps >= self.max_new_tokens or bool(self.done_rows.all())
+
+    @property
+    def rows(self) -> int:
+        return len(self.gens)
+
+    def finished(self, row: int) -> bool:
+        """The row ended with a stop token."""
+        return self.gens[row].finished
+
+    def length(self, row: int) -> int:
+        """Response tokens the row has so far."""
+        return len(self.gens[row].response_ids)
 
     def _prefill(self) -> torch.Tensor:
         self.cache = DynamicCache()

@@ -31,8 +31,9 @@ import torch
 from rlcore.config import ConfigError, RunConfig
 from rlcore.kernels import cpu_name, pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device
+from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy, state_digest
-from rlcore.policy.sampler import Draws
+from rlcore.policy.sampler import ChunkedSampler, Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
 from rlcore.record.schedule import (
     Divergence,
@@ -132,11 +133,11 @@ class Replay:
 
     def _generate_all(self) -> None:
         for g in self.schedule.generations:
-            self._await_version(g.version, g)
+            self.await_version(g.version, g)
             self.generate(g)
             self.walk.progress()
 
-    def _await_version(self, version: int, g: GenerationRecord) -> None:
+    def await_version(self, version: int, g: GenerationRecord) -> None:
         """Wait for a version a generation needs: its first, or one it swaps to mid-batch
         (the run's trainer published that one while the batch was running)."""
         self.walk.wait_for("generation", lambda: version in self.versions,
@@ -202,7 +203,7 @@ class Replay:
         fate = self.schedule.fates[sample_id]
         return fate.slot, fate.attempt
 
-    def _load_rollout(self, version: int) -> None:
+    def load_rollout(self, version: int) -> None:
         if self.rollout_version != version:
             self.rollout.load_state(self.versions[version])
             self.rollout_version = version
@@ -217,41 +218,21 @@ class Replay:
         """
         cfg, ro = self.cfg, self.cfg.rollout
         t0 = self.ledger.now()
-        self._load_rollout(rec.version)
+        self.load_rollout(rec.version)
         tasks = [self.prompt(group).task for _, _, group in rec.rows]
         sampler = self.rollout.sampler(
             [self.rollout.encode_prompt(t.prompt, t.system) for t in tasks],
             max_new_tokens=ro.max_new_tokens,
             temperature=ro.temperature, draws=Draws(cfg.seed, [(s, a) for s, a, _ in rec.rows]),
             version=rec.version)
-        swaps = dict(rec.swaps)
+        gen = generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt,
+                       RecordedLook(self, rec, sampler))
+        self.tokens["reprefilled"] += gen.reprefilled
+        self.tokens["kv_kept"] += gen.kv_kept
         kept = [i for i in range(len(rec.rows)) if i not in rec.cut]
-        cut_len: dict[int, int] = {}
-        while True:
-            if cut_len:  # past the cut: only emitted rows still running
-                running = any(not sampler.gens[i].finished for i in kept) and \
-                    sampler.steps < ro.max_new_tokens
-            else:
-                running = not sampler.done
-            if not running:
-                break
-            sampler.step(ro.chunk_tokens)
-            chunk = sampler.chunks
-            if rec.cut_after == chunk and not cut_len:
-                cut_len = {i: len(sampler.gens[i].response_ids) for i in rec.cut}
-                continue
-            if chunk in swaps and not sampler.done:
-                unfinished = sum(len(g.response_ids) for g in sampler.gens if not g.finished)
-                self._await_version(swaps[chunk], rec)
-                self._load_rollout(swaps[chunk])
-                if cfg.staleness.interrupt == "continue":
-                    self.tokens["reprefilled"] += unfinished
-                    sampler.reprefill(swaps[chunk])
-                elif cfg.staleness.interrupt == "keep_kv":
-                    self.tokens["kv_kept"] += unfinished
-                    sampler.keep_cache(swaps[chunk])
+        cut_len = gen.cut
         if rec.cut and not cut_len:  # under other weights the batch ended before its cut
-            cut_len = {i: len(sampler.gens[i].response_ids) for i in rec.cut}
+            cut_len = {i: sampler.length(i) for i in rec.cut}
         for _, v in rec.swaps:
             self._release(v)
         self._release(rec.version)
@@ -328,8 +309,28 @@ class Replay:
 
     def final_policy(self) -> HFPolicy:
         """The rollout policy holding the last published version (what the run ended with)."""
-        self._load_rollout(self.final_version())
+        self.load_rollout(self.final_version())
         return self.rollout
+
+
+class RecordedLook:
+    """Between two chunks of a replayed batch: the cut and the swaps its record holds."""
+
+    def __init__(self, replay: Replay, rec: GenerationRecord, sampler: ChunkedSampler):
+        self.replay, self.rec, self.sampler = replay, rec, sampler
+        self.swaps = dict(rec.swaps)
+
+    def cut(self, running: list[int]) -> tuple[str, list[int]] | None:
+        if self.rec.cut_after == self.sampler.chunks and self.rec.cut_reason is not None:
+            return self.rec.cut_reason, self.rec.cut
+        return None
+
+    def swap(self) -> int | None:
+        version = self.swaps.get(self.sampler.chunks)
+        if version is not None:
+            self.replay.await_version(version, self.rec)
+            self.replay.load_rollout(version)
+        return version
 
 
 def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | tuple = (),

@@ -18,6 +18,7 @@ from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
 from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes
+from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -68,8 +69,8 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
                                  max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
                                  draws=Draws(cfg.seed, [(s, 0) for s in slots]),
                                  version=version)
-        while not sampler.done:
-            ledger.count_tokens(sampled=sampler.step(ro.chunk_tokens))
+        ledger.count_tokens(
+            sampled=generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled)
         gens = sampler.gens
         ledger.generation(GenerationRecord(ROLLOUT, [(s, 0, p.group_id) for s, p in
                                                      zip(slots, prompts, strict=True)],
