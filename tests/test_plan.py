@@ -1,6 +1,6 @@
 """The planner (`rlcore plan`): length distributions by hand, the model-free sampler's
 prices by hand, and the planner's roles against the live roles on the virtual clock: given
-the lengths a virtual run sampled, a plan must reproduce that run's schedule exactly."""
+the lengths a virtual run sampled, a plan must make that run's decisions exactly."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rlcore.cli import main
 from rlcore.clock.work import Decode, Prefill, Work
@@ -18,9 +19,10 @@ from rlcore.plan.controller import update_tokens
 from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
 from rlcore.plan.planner import plan, workload
 from rlcore.plan.sampler import LengthSampler
+from rlcore.record.schedule import ScheduleLog
 from rlcore.record.timing import run_timing, stale_drop_rate, total_variation
 from rlcore.runners import run_mode
-from tests.test_virtual_clock import virtual_config
+from tests.test_virtual_clock import RUN_PROFILE, virtual_config
 
 
 def write_samples(run: Path, rows: list[dict[str, Any]]) -> Path:
@@ -65,10 +67,21 @@ class TestLengths:
 
     def test_as_recorded_draws_each_recorded_attempt_as_it_was(self, tmp_path: Path):
         run = write_samples(tmp_path, [row(5, 1, 2, True), row(6, 0, 4, False)])
+        # one batch of version 0: slot 7's first attempt was cut after the first chunk
+        log = ScheduleLog()
+        log.add("generate", worker="rollout0", rows=[[5, 1, 0], [6, 0, 1], [7, 0, 1]],
+                version=0, chunks=1, swaps=[], cut_after=1, cut=[2], cut_reason="stop")
+        (run / "schedule.jsonl").write_text("\n".join(log.lines()) + "\n")
         e = empirical(run, as_recorded=True)
         assert e.draw(0, 5, 1) == (2, True) and e.draw(123, 6, 0) == (4, False)
         capped = e.capped(3)  # a cap below a recorded length cuts it, unfinished
         assert capped.draw(0, 6, 0) == (3, False) and capped.values == ((2, True), (3, False))
+        # the cut attempt runs on to the cap (where the plan's cut stops it); it is not
+        # among the lengths drawn for the attempts the run never made
+        assert capped.draw(0, 7, 0) == (3, False) and e.draw(0, 7, 0)[0] > 10**9
+        (run / "schedule.jsonl").unlink()
+        with pytest.raises(ConfigError, match="--as-recorded .* no schedule.jsonl"):
+            empirical(run, as_recorded=True)
 
     def test_a_run_without_samples_is_named(self, tmp_path: Path):
         with pytest.raises(ConfigError, match="no samples.jsonl"):
@@ -115,27 +128,64 @@ class TestTiming:
         assert total_variation({"2": 5}, {"2": 1}) == 0.0
 
 
-@pytest.mark.parametrize("mode,k", [("areal", 1), ("areal", 2), ("async", 2)])
-def test_a_plan_with_the_runs_lengths_reproduces_its_schedule(tiny_model_dir: Path,
-                                                              tmp_path: Path, mode: str, k: int):
-    """Under `interrupt: continue` no attempt is cut, so every length the run sampled is
-    known: the planner's roles must then make every decision the live roles made, at the
+# The decode step (s) of the test profile per case, so that every case makes the decisions
+# it is there for (checked below): fast rollout for `filter` (samples go stale, two trainers
+# race), slower rollout under the throttle (it waits for admission, yet versions still change
+# mid-generation).
+def decode_step_s(mode: str, control: str, trainers: int) -> float:
+    if control == "filter":
+        return 2e-3
+    if trainers == 1:
+        return 1.2e-2
+    return 6e-3 if mode == "async" else 1e-2
+
+
+CASES = [(mode, interrupt, control, trainers, None)
+         for mode in ("async", "areal") for interrupt in ("resubmit", "continue", "keep_kv")
+         for control in ("filter", "throttle", "both") for trainers in (1, 2)] + \
+    [(mode, interrupt, "filter", 1, 1.5)
+     for mode in ("async", "areal") for interrupt in ("resubmit", "continue", "keep_kv")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,interrupt,control,trainers,ratio", CASES)
+def test_a_plan_with_the_runs_lengths_makes_the_runs_decisions(
+        tiny_model_dir: Path, tmp_path: Path, mode: str, interrupt: str, control: str,
+        trainers: int, ratio: float | None):
+    """Given the lengths a virtual run sampled (and, for the attempts it cut, that they ran
+    until the cut), the planner's roles must make every decision the live roles made, at the
     same virtual times."""
-    cfg = virtual_config(tiny_model_dir, tmp_path, mode, k, interrupt="continue",
-                         staleness_control="filter")
-    cfg = config_from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"],
-                                                       "updates": 12}})
+    profile = {**RUN_PROFILE,
+               "decode": {**RUN_PROFILE["decode"], "step_s": decode_step_s(mode, control,
+                                                                           trainers)}}
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile))
+    base = virtual_config(tiny_model_dir, tmp_path, mode, 1, interrupt=interrupt,
+                          staleness_control=control, rollout_train_ratio=ratio).to_dict()
+    cfg = config_from_dict({**base, "train": {**base["train"], "updates": 12},
+                            "runtime": {**base["runtime"], "trainer_workers": trainers,
+                                        "hardware": str(tmp_path / "profile.yaml")}})
     summary = run_mode(cfg, tmp_path / "run")
-    assert summary["samples"]["dropped_stale"] > 0, "the test profile should drop samples"
+    s, sched, tokens = summary["samples"], summary["scheduling"], summary["tokens"]
+    waits = sched["waits"]
+    # each case exercises the decisions it is there for
+    if control == "filter":
+        assert s["dropped_stale"] > 0
+    if control in ("throttle", "both"):
+        assert waits["rollout_throttle_s"] > 0
+    cut = s["resubmissions"] + s["dropped_interrupted"]
+    assert (cut, tokens["reprefilled"], tokens["kv_kept"])[
+        ("resubmit", "continue", "keep_kv").index(interrupt)] > 0
+    if trainers == 2:
+        assert sched["skipped_commits"] > 0  # the trainers raced and one lost
+    if ratio is not None:
+        assert waits["trainer_ratio_s"] + waits["rollout_ratio_s"] > 0
     p = plan(cfg, workload(cfg, empirical(tmp_path / "run", as_recorded=True)))
     measured = run_timing(summary, json.loads((tmp_path / "run/staleness.json").read_text()))
-    assert p["wall_s"] == measured["wall_s"]
-    assert p["staleness"] == measured["staleness"]
-    s = summary["samples"]
-    assert (p["samples"]["accepted"], p["samples"]["dropped_stale"]) == \
-        (s["accepted"], s["dropped_stale"])
-    assert p["tokens_trained"] == summary["tokens"]["trained"]
-    assert p["tokens_reprefilled"] == summary["tokens"]["reprefilled"]
+    assert (p["wall_s"], p["staleness"]) == (measured["wall_s"], measured["staleness"])
+    assert p["samples"] == {k: s[k] for k in p["samples"]}
+    assert (p["tokens_trained"], p["tokens_reprefilled"], p["skipped_commits"]) == \
+        (tokens["trained"], tokens["reprefilled"], sched["skipped_commits"])
+    assert p["waits"] == waits
 
 
 def test_a_sync_plan_prices_a_sync_run(tiny_model_dir: Path, tmp_path: Path):

@@ -202,3 +202,14 @@ class TestWaits:
         core.pump()  # 8 generated: the first batch goes
         assert core.waits["trainer_ratio_s"] == pytest.approx(1.0)
         assert [b[1] for b in rec.batches] == [0]
+
+    def test_the_ratio_yields_when_the_throttle_stops_rollout_and_nothing_is_in_flight(self):
+        core, rec, sent, _ = make_core(k=0, control="throttle", ratio=2.0)
+        core.pump()  # K = 0: eq. 1 admits one batch, B = 4 samples
+        for s in slots_of(sent):
+            core.arrive(s.group_id, f"s{s.slot_id}", 0)
+        # 4 generated < beta x B = 8, so the ratio would hold the trainer; but the throttle
+        # admits nothing more until an update commits, and nothing is in flight or training:
+        # held, neither side would ever move. The batch goes.
+        core.pump()
+        assert len(slots_of(sent)) == 4 and [b[1] for b in rec.batches] == [0]

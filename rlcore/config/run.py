@@ -196,7 +196,9 @@ class StalenessConfig:
         "filter", "filter: drop stale samples; throttle: bound dispatch (AReaL eq. 1); both."
     )
     rollout_train_ratio: float | None = _f(
-        None, "If set, samples generated per applied update are held at this ratio.",
+        None, "If set, samples generated per applied update are held at this ratio x B, "
+        "except where holding would stall both sides (a starving trainer, or nothing in "
+        "flight).",
         exclusiveMinimum=0,
     )
 

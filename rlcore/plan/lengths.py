@@ -6,7 +6,8 @@ pairs, `finished` meaning the response ended with a stop token rather than at
 token draws are (`rlcore/policy/sampler.py`), so a plan is a function of its inputs:
   empirical  the lengths of a finished run's samples (its samples.jsonl), as they came
              (all but the attempts interrupted, whose lengths say where the cut fell);
-  recorded   the same, except that each attempt the run recorded keeps its own length;
+  recorded   the same, except that each attempt the run recorded keeps its own length (and
+             each it cut off runs on until it is cut);
   fitted     a geometric distribution over 1..max_new_tokens with a given mean: a stop token
              ends each step with the same probability, and what reaches the cap is unfinished.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlcore.errors import ConfigError
+from rlcore.record.schedule import ScheduleError, read_schedule
 
 
 def uniform(seed: int, slot: int, attempt: int) -> float:
@@ -28,6 +30,10 @@ def uniform(seed: int, slot: int, attempt: int) -> float:
     of the three integers and a tag that keeps it apart from the token draws."""
     h = hashlib.blake2b(b"length" + struct.pack("<3q", seed, slot, attempt), digest_size=8)
     return (int.from_bytes(h.digest(), "little") >> 11) / 2**53
+
+
+# The length of an attempt that ran past any cap (`Lengths.capped` stops it at the cap).
+RUNS_ON = 2**62
 
 
 @dataclass(frozen=True)
@@ -130,8 +136,22 @@ def empirical(run_dir: str | Path, *, as_recorded: bool = False) -> Lengths:
     for pair in recorded.values():
         counts[pair] = counts.get(pair, 0) + 1
     keys = sorted(counts)
+    if as_recorded:
+        recorded = {**_cut_attempts(Path(run_dir)), **recorded}
     return Lengths(f"{'as recorded' if as_recorded else 'empirical'}: {run_dir}", tuple(keys),
                    tuple(float(counts[k]) for k in keys), recorded if as_recorded else {})
+
+
+def _cut_attempts(run_dir: Path) -> dict[tuple[int, int], tuple[int, bool]]:
+    """The attempts a run cut off unfinished (its schedule's cut rows), each as still running
+    at the cap: how long it would have run is unknown, but a plan that cuts it at the same
+    chunk cuts it at the same length."""
+    try:
+        schedule = read_schedule(run_dir)
+    except ScheduleError as e:
+        raise ConfigError(f"--as-recorded {run_dir}: {e}") from None
+    return {(slot, attempt): (RUNS_ON, False)
+            for g in schedule.generations for i in g.cut for slot, attempt, _ in [g.rows[i]]}
 
 
 def chosen(run_dir: str | Path | None, max_new_tokens: int, *, fit: bool, as_recorded: bool,

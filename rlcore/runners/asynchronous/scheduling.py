@@ -192,7 +192,7 @@ class SchedulingCore(Generic[T]):
             trainer = min(range(len(self.outstanding)), key=self.outstanding.__getitem__)
             if self.outstanding[trainer] >= self.depth:
                 return
-            if self.ratio is not None and \
+            if self.ratio is not None and not self._rollout_stalled() and \
                     self.generated < self.ratio * self.batch_size * (self.next_batch + 1):
                 self._blocked.add("trainer_ratio_s")
                 return
@@ -202,6 +202,13 @@ class SchedulingCore(Generic[T]):
                     self._blocked.add("trainer_data_s")
                 return
             self._send(trainer, batch)
+
+    def _rollout_stalled(self) -> bool:
+        """Nothing is being generated and no commit is coming that could let more be: the
+        ratio must not hold the trainer back then, or neither side would ever move again (the
+        throttle can keep rollout under the ratio's count; so can groups larger than
+        ratio x B). The trainer-side twin of the rollout's `trainer_starving`."""
+        return self.dispatch.in_flight == 0 and not self.in_training
 
     def _take_batch(self, version: int) -> list[Accepted[T]] | None:
         """Fresh samples from the front of the buffer, whole groups only
