@@ -176,8 +176,13 @@ def _plan(args: argparse.Namespace) -> int:
     key, values = sweep_values(args.sweep) if args.sweep else ("mode", [None])
     cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))
             for v in values]
-    lengths = chosen(args.lengths, cfgs[0].rollout.max_new_tokens, fit=args.fit,
-                     as_recorded=args.as_recorded, mean_tokens=args.mean_tokens)
+    runs = args.lengths or [None]
+    if len(runs) not in (1, len(values)):
+        raise ConfigError(f"{len(runs)} --lengths for {len(values)} sweep values: give one, "
+                          "or one per value in the sweep's order")
+    lengths = [chosen(run, cfgs[0].rollout.max_new_tokens, fit=args.fit,
+                      as_recorded=args.as_recorded, mean_tokens=args.mean_tokens,
+                      pooled=args.pooled) for run in runs] * (len(values) // len(runs))
     plans = plan_sweep(cfgs, key, list(values), lengths)
     first = plans[0]
     print(f"{args.config} on {first['hardware']}, {cfgs[0].train.updates} updates; "
@@ -322,8 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--hardware", help="profile name or path (default: runtime.hardware)")
     pl.add_argument("--sweep", metavar="KEY=V1,V2,...",
                     help="one plan per value, e.g. staleness.staleness_k=0,1,2,4,8")
-    pl.add_argument("--lengths", metavar="RUN_DIR",
-                    help="draw response lengths from a finished run's samples")
+    pl.add_argument("--lengths", metavar="RUN_DIR", action="append",
+                    help="draw response lengths from a finished run's samples, each attempt "
+                         "at a task from that task's own (tasks the run never sampled: from "
+                         "all); with --sweep, once for all values or once per value, in order")
+    pl.add_argument("--pooled", action="store_true",
+                    help="with --lengths: every attempt from all of the run's lengths alike")
     pl.add_argument("--fit", action="store_true",
                     help="with --lengths: a geometric fit to that run's mean length instead")
     pl.add_argument("--as-recorded", action="store_true",

@@ -83,6 +83,21 @@ class TestLengths:
         with pytest.raises(ConfigError, match="--as-recorded .* no schedule.jsonl"):
             empirical(run, as_recorded=True)
 
+    def test_per_task_draws_each_task_from_its_own_lengths(self, tmp_path: Path):
+        rows = [{**row(0, 0, 2, True), "task_id": "short"},
+                {**row(1, 0, 3, True), "task_id": "short"},
+                {**row(2, 0, 9, False), "task_id": "long"}]
+        e = empirical(write_samples(tmp_path, rows), per_task=True)
+        assert e.by_task == {"short": ((2, True), (3, True)), "long": ((9, False),)}
+        # every attempt at `long` is long, whatever its slot or attempt; a task the run never
+        # sampled is drawn from all three
+        assert {e.draw(0, s, a, "long") for s in range(20) for a in range(3)} == {(9, False)}
+        assert {e.draw(0, s, 0, "short") for s in range(20)} == {(2, True), (3, True)}
+        assert {e.draw(0, s, 0, "other") for s in range(50)} == {(2, True), (3, True),
+                                                                  (9, False)}
+        assert e.capped(4).by_task["long"] == ((4, False),)
+        assert empirical(tmp_path).by_task == {}  # pooled unless asked
+
     def test_a_run_without_samples_is_named(self, tmp_path: Path):
         with pytest.raises(ConfigError, match="no samples.jsonl"):
             empirical(tmp_path)
@@ -223,3 +238,15 @@ def test_cli_sweeps_and_writes_the_plans(tiny_model_dir: Path, tmp_path: Path,
     assert "key=v1,v2" in capsys.readouterr().err
     assert main(["plan", str(path), "--fit"]) == 2
     assert "give --lengths RUN_DIR" in capsys.readouterr().err
+    assert main(["plan", str(path), "--pooled"]) == 2
+    assert "--pooled read a run" in capsys.readouterr().err
+    # one run's lengths per sweep value, in order
+    runs = [write_samples(tmp_path / name, [row(0, 0, n, True)]) for name, n in (("a", 2),
+                                                                                ("b", 4))]
+    sweep = ["plan", str(path), "--sweep", "staleness.staleness_k=0,2", "--out", str(out)]
+    assert main([*sweep, "--lengths", str(runs[0]), "--lengths", str(runs[1])]) == 0
+    assert [p["lengths"] for p in json.loads(out.read_text())] == \
+        [f"empirical per task: {r}" for r in runs]
+    assert main([*sweep[:3], "staleness.staleness_k=0,1,2", "--lengths", str(runs[0]),
+                 "--lengths", str(runs[1])]) == 2
+    assert "2 --lengths for 3 sweep values" in capsys.readouterr().err

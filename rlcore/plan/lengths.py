@@ -5,7 +5,9 @@ pairs, `finished` meaning the response ended with a stop token rather than at
 `rollout.max_new_tokens`. The draw is a pure function of (seed, slot, attempt), as a run's
 token draws are (`rlcore/policy/sampler.py`), so a plan is a function of its inputs:
   empirical  the lengths of a finished run's samples (its samples.jsonl), as they came
-             (all but the attempts interrupted, whose lengths say where the cut fell);
+             (all but the attempts interrupted, whose lengths say where the cut fell):
+             pooled, or per task (an attempt at a task drawn from that task's lengths, as
+             a task's answer sets its length: a long task stays long on every retry);
   recorded   the same, except that each attempt the run recorded keeps its own length (and
              each it cut off runs on until it is cut);
   fitted     a geometric distribution over 1..max_new_tokens with a given mean: a stop token
@@ -45,6 +47,9 @@ class Lengths:
     weights: tuple[float, ...]
     # attempts whose lengths a run recorded, by (slot, attempt): drawn as recorded
     recorded: dict[tuple[int, int], tuple[int, bool]] = field(default_factory=dict)
+    # each task's own lengths, by task id: an attempt at a task is drawn from these (a
+    # task's attempts share its length; `values` serve the tasks not among them)
+    by_task: dict[str, tuple[tuple[int, bool], ...]] = field(default_factory=dict)
     _cdf: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -56,11 +61,16 @@ class Lengths:
             cdf.append(total)
         object.__setattr__(self, "_cdf", tuple(c / total for c in cdf))
 
-    def draw(self, seed: int, slot: int, attempt: int) -> tuple[int, bool]:
-        """The (tokens, finished) of one attempt."""
+    def draw(self, seed: int, slot: int, attempt: int, task_id: str | None = None
+             ) -> tuple[int, bool]:
+        """The (tokens, finished) of one attempt (at task `task_id`)."""
         if (slot, attempt) in self.recorded:
             return self.recorded[slot, attempt]
-        i = bisect.bisect_right(self._cdf, uniform(seed, slot, attempt))
+        u = uniform(seed, slot, attempt)
+        own = self.by_task.get(task_id) if task_id is not None else None
+        if own:
+            return own[min(int(u * len(own)), len(own) - 1)]
+        i = bisect.bisect_right(self._cdf, u)
         return self.values[min(i, len(self.values) - 1)]
 
     @property
@@ -76,9 +86,12 @@ class Lengths:
             key = (n, fin) if n <= max_new_tokens else (max_new_tokens, False)
             merged[key] = merged.get(key, 0.0) + w
         keys = sorted(merged)
-        recorded = {key: (min(n, max_new_tokens), fin and n <= max_new_tokens)
-                    for key, (n, fin) in self.recorded.items()}
-        return Lengths(self.source, tuple(keys), tuple(merged[k] for k in keys), recorded)
+        def cap(n: int, fin: bool) -> tuple[int, bool]:
+            return min(n, max_new_tokens), fin and n <= max_new_tokens
+
+        return Lengths(self.source, tuple(keys), tuple(merged[k] for k in keys),
+                       {key: cap(*v) for key, v in self.recorded.items()},
+                       {task: tuple(cap(*v) for v in vs) for task, vs in self.by_task.items()})
 
 
 def geometric(mean: float, max_new_tokens: int, source: str) -> Lengths:
@@ -103,9 +116,9 @@ def geometric(mean: float, max_new_tokens: int, source: str) -> Lengths:
     return Lengths(source, tuple(v for v, _ in pairs), tuple(w for _, w in pairs))
 
 
-def _run_lengths(run_dir: Path) -> dict[tuple[int, int], tuple[int, bool]]:
-    """(tokens, finished) of every attempt of a run that was not cut short, by (slot,
-    attempt)."""
+def _run_lengths(run_dir: Path) -> dict[tuple[int, int], tuple[tuple[int, bool], str | None]]:
+    """(tokens, finished) of every attempt of a run that was not cut short, and its task id
+    (None in a row without one), by (slot, attempt)."""
     path = run_dir / "samples.jsonl"
     if not path.is_file():
         raise ConfigError(f"--lengths {run_dir}: no samples.jsonl there; give the directory "
@@ -117,8 +130,8 @@ def _run_lengths(run_dir: Path) -> dict[tuple[int, int], tuple[int, bool]]:
                 row = json.loads(line)
                 if row["status"] == "dropped_interrupted":
                     continue  # cut short: its length says only where the cut fell
-                out[int(row["slot"]), int(row["attempt"])] = (int(row["response_tokens"]),
-                                                              bool(row["finished"]))
+                out[int(row["slot"]), int(row["attempt"])] = (
+                    (int(row["response_tokens"]), bool(row["finished"])), row.get("task_id"))
             except (ValueError, KeyError) as e:
                 raise ConfigError(f"{path}, line {line_no}: not a sample row with slot, "
                                   f"attempt, status, response_tokens and finished ({e})") from e
@@ -127,19 +140,25 @@ def _run_lengths(run_dir: Path) -> dict[tuple[int, int], tuple[int, bool]]:
     return out
 
 
-def empirical(run_dir: str | Path, *, as_recorded: bool = False) -> Lengths:
+def empirical(run_dir: str | Path, *, as_recorded: bool = False, per_task: bool = False
+              ) -> Lengths:
     """The response lengths of a finished run's samples, each weighted by its count;
+    `per_task`: an attempt at a task the run sampled is drawn from that task's lengths;
     `as_recorded`: an attempt the run recorded is drawn as it was (the others from the
     counts), which checks a plan against that run."""
-    recorded = _run_lengths(Path(run_dir))
+    rows = _run_lengths(Path(run_dir))
     counts: dict[tuple[int, bool], int] = {}
-    for pair in recorded.values():
+    by_task: dict[str, list[tuple[int, bool]]] = {}
+    for pair, task in rows.values():
         counts[pair] = counts.get(pair, 0) + 1
+        if per_task and task is not None:
+            by_task.setdefault(task, []).append(pair)
     keys = sorted(counts)
-    if as_recorded:
-        recorded = {**_cut_attempts(Path(run_dir)), **recorded}
-    return Lengths(f"{'as recorded' if as_recorded else 'empirical'}: {run_dir}", tuple(keys),
-                   tuple(float(counts[k]) for k in keys), recorded if as_recorded else {})
+    recorded = {**_cut_attempts(Path(run_dir)), **{k: pair for k, (pair, _) in rows.items()}} \
+        if as_recorded else {}
+    kind = "as recorded" if as_recorded else "empirical per task" if per_task else "empirical"
+    return Lengths(f"{kind}: {run_dir}", tuple(keys), tuple(float(counts[k]) for k in keys),
+                   recorded, {task: tuple(sorted(v)) for task, v in by_task.items()})
 
 
 def _cut_attempts(run_dir: Path) -> dict[tuple[int, int], tuple[int, bool]]:
@@ -155,14 +174,15 @@ def _cut_attempts(run_dir: Path) -> dict[tuple[int, int], tuple[int, bool]]:
 
 
 def chosen(run_dir: str | Path | None, max_new_tokens: int, *, fit: bool, as_recorded: bool,
-           mean_tokens: float | None) -> Lengths | None:
-    """`rlcore plan`'s length options: a run's lengths (fitted, as recorded, or empirical),
-    else a geometric of `mean_tokens`, else None (the config's own default)."""
-    if (fit or as_recorded) and run_dir is None:
-        raise ConfigError("--fit and --as-recorded read a run's lengths: give --lengths RUN_DIR")
+           mean_tokens: float | None, pooled: bool = False) -> Lengths | None:
+    """`rlcore plan`'s length options: a run's lengths (fitted, as recorded, pooled, or per
+    task), else a geometric of `mean_tokens`, else None (the config's own default)."""
+    if (fit or as_recorded or pooled) and run_dir is None:
+        raise ConfigError("--fit, --as-recorded and --pooled read a run's lengths: give "
+                          "--lengths RUN_DIR")
     if run_dir is not None:
         return fitted(run_dir, max_new_tokens) if fit else \
-            empirical(run_dir, as_recorded=as_recorded)
+            empirical(run_dir, as_recorded=as_recorded, per_task=not pooled)
     if mean_tokens:
         return geometric(mean_tokens, max_new_tokens,
                          f"given: geometric, mean {mean_tokens:g} tokens")
@@ -171,7 +191,7 @@ def chosen(run_dir: str | Path | None, max_new_tokens: int, *, fit: bool, as_rec
 
 def fitted(run_dir: str | Path, max_new_tokens: int) -> Lengths:
     """A geometric distribution with the mean response length of a finished run."""
-    pairs = list(_run_lengths(Path(run_dir)).values())
+    pairs = [pair for pair, _ in _run_lengths(Path(run_dir)).values()]
     mean = min(max_new_tokens, sum(n for n, _ in pairs) / len(pairs))
     return geometric(max(1.0, mean), max_new_tokens,
                      f"fitted: geometric, mean {mean:.2f} tokens of {run_dir}")

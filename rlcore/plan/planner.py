@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -84,7 +84,8 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         prompts = [p for p in stream.take(b // ro.group_size) for _ in range(ro.group_size)]
         slots = range(version * len(prompts), (version + 1) * len(prompts))
         sampler = LengthSampler(charge, [work.prompt_tokens[p.task.prompt] for p in prompts],
-                                [work.lengths.draw(cfg.seed, s, 0) for s in slots],
+                                [work.lengths.draw(cfg.seed, s, 0, p.task.task_id)
+                                 for s, p in zip(slots, prompts, strict=True)],
                                 ro.max_new_tokens)
         sampled += generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled
         for _ in prompts:
@@ -165,16 +166,19 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
 
 
 def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
-               lengths: Lengths | None) -> list[dict[str, Any]]:
-    """One plan per config of a sweep, labelled `key`: the value (the mode without a sweep);
-    the prompts and the model are read once unless the sweep changes them."""
+               lengths: list[Lengths | None]) -> list[dict[str, Any]]:
+    """One plan per config of a sweep, labelled `key`: the value (the mode without a sweep),
+    each with its own lengths; the prompts and the model are read once unless the sweep
+    changes them."""
     works: dict[str, Workload] = {}
     plans = []
-    for cfg, value in zip(cfgs, values, strict=True):
+    for cfg, value, own in zip(cfgs, values, lengths, strict=True):
         k = repr((cfg.task, cfg.model, cfg.rollout.max_new_tokens))
         if k not in works:
-            works[k] = workload(cfg, lengths)
-        plans.append({key: value if value is not None else cfg.mode, **plan(cfg, works[k])})
+            works[k] = workload(cfg, own)
+        work = works[k] if own is None else \
+            replace(works[k], lengths=own.capped(cfg.rollout.max_new_tokens))
+        plans.append({key: value if value is not None else cfg.mode, **plan(cfg, work)})
     return plans
 
 

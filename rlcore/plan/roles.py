@@ -45,6 +45,7 @@ class Plan:
                  weight_bytes: int):
         self.cfg, self.clock, self.profile, self.tasks = cfg, clock, profile, tasks
         self.prompt_tokens, self.lengths, self.weight_bytes = prompt_tokens, lengths, weight_bytes
+        self.task_ids = {t.prompt: t.task_id for t in tasks}  # what a slot's draw is keyed by
         self.inbox, self.prompt_q, self.commit_q = (VirtualQueue(clock) for _ in range(3))
         n = cfg.runtime.trainer_workers
         self.trainer_qs = [VirtualQueue(clock) for _ in range(n)]
@@ -96,8 +97,9 @@ def rollout_role(p: Plan, index: int) -> None:
         start_version = look.version
         sampler = LengthSampler(lambda work: p.charge(role, work),
                                 [p.prompt_tokens[s.prompt] for s in batch],
-                                [p.lengths.draw(cfg.seed, s.slot_id, s.attempt)
-                                 for s in batch], ro.max_new_tokens)
+                                [p.lengths.draw(cfg.seed, s.slot_id, s.attempt,
+                                                p.task_ids.get(s.prompt)) for s in batch],
+                                ro.max_new_tokens)
         gen = generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt, look)
         p.tally.tokens_sampled += gen.sampled
         p.tally.tokens_reprefilled += gen.reprefilled

@@ -166,11 +166,25 @@ def k_axis_points():
 
 
 def plan_point():
-    """The run the planned K sweep starts from (its config, and its response lengths): the
-    k_axis arm's pg run (else its first objective's) at the lowest seed and K."""
+    """The run whose config the planned K sweep starts from: the k_axis arm's pg run (else
+    its first objective's) at the lowest seed and K."""
     return min(
         k_axis_points(), key=lambda p: (p["objective"] != "pg", p["seed"], p["k"])
     )
+
+
+def plan_length_runs():
+    """summary.json of the run each planned K draws its response lengths from: that K's run
+    of the plan point's objective and seed, in the order of plan_ks()."""
+    point = plan_point()
+    by_k = {
+        p["k"]: p
+        for p in k_axis_points()
+        if (p["objective"], p["seed"]) == (point["objective"], point["seed"])
+    }
+    return [
+        f"{R}/runs/{RUN_PATTERN.format(**by_k[k])}/summary.json" for k in sorted(by_k)
+    ]
 
 
 def plan_runs():

@@ -1,12 +1,13 @@
 # The capacity planner's K sweep (`rlcore plan`, docs/virtual_clock.md) beside the measured
 # one: what the schedule of the k_axis arm would do at each K without a model, priced by the
-# arm's hardware profile, with response lengths from one of its runs.
+# arm's hardware profile, with each K's response lengths from that K's own run (seed of the
+# plan point), drawn per task.
 
 
 rule plan_k_sweep:
     input:
         config=f"{R}/configs/{FILE_PATTERN.format(**plan_point())}.json",
-        run=f"{R}/runs/{RUN_PATTERN.format(**plan_point())}/summary.json",
+        runs=plan_length_runs(),
     output:
         f"{R}/plans/k_sweep.json",
     log:
@@ -15,12 +16,14 @@ rule plan_k_sweep:
         "../envs/rlcore.yaml"
     params:
         ks=plan_ks(),
-        run_dir=lambda wildcards, input: os.path.dirname(input.run),
+        lengths=lambda wildcards, input: " ".join(
+            f"--lengths {os.path.dirname(run)}" for run in input.runs
+        ),
         code=PLAN_CODE,
         profile=plan_profile(),
     shell:
         "rlcore plan {input.config} --sweep staleness.staleness_k={params.ks} "
-        "--lengths {params.run_dir} --out {output} > {log} 2>&1"
+        "{params.lengths} --out {output} > {log} 2>&1"
 
 
 rule plan_figure:
