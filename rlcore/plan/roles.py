@@ -32,6 +32,7 @@ from rlcore.plan.messages import (
 from rlcore.plan.sampler import LengthSampler
 from rlcore.policy.generation import generate
 from rlcore.runners.asynchronous.rollout import PromptFeed
+from rlcore.runners.asynchronous.trainer import TrainerLoop
 from rlcore.tasks.suites import Task
 
 POLL_S = 0.05  # the runtime's receive timeout (runtime.py) and the prompt feed's
@@ -112,52 +113,64 @@ def rollout_role(p: Plan, index: int) -> None:
         p.inbox.put(out)
 
 
-def trainer_role(p: Plan, index: int) -> None:
-    """trainer.py's loop: update, write the candidate, propose it; the commit round trip
-    pipelined with the next update."""
-    cfg, role = p.cfg, f"trainer{index}"
-    version, pending = p.version, False
+class PlanTrainer(TrainerLoop[PlanTrain, PlanVerdict]):
+    """trainer.py's decisions (`TrainerLoop`) with the model taken out: an update is its
+    price, a candidate a version number."""
 
-    def settle() -> bool:
-        nonlocal pending, version
+    def __init__(self, p: Plan, index: int):
+        super().__init__(p.cfg.staleness.staleness_k, p.version)
+        self.p, self.index, self.role = p, index, f"trainer{index}"
+
+    def next_request(self) -> PlanTrain | None:
+        return self.p.trainer_qs[self.index].get()
+
+    def idle(self) -> bool:
+        return self.p.trainer_qs[self.index].empty()
+
+    def published(self) -> int:
+        return self.p.version
+
+    def load(self) -> None:
+        self.version = self.p.reload(self.role)
+
+    def oldest(self, req: PlanTrain) -> int:
+        return req.oldest
+
+    def started(self) -> float:
+        return 0.0  # a plan reports no spans
+
+    def update(self, req: PlanTrain) -> dict[str, float]:
+        if req.prefill_tokens:
+            self.p.charge(self.role, Prefill(calls=1, tokens=req.prefill_tokens))
+        self.p.charge(self.role, Update(tokens=req.tokens))
+        return {}
+
+    def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float) -> None:
+        self.p.charge(self.role, Weights("write", self.p.weight_bytes))
+        self.p.commit_q.put(PlanCommit(self.index, req.batch_id, self.version))
+
+    def refuse(self, req: PlanTrain, reason: str, stats: dict[str, float],
+               t_start: float) -> None:
+        self.p.inbox.put(PlanVerdict(self.index, req.batch_id, False, self.version,
+                                     self.p.clock.now()))
+
+    def wait_ack(self) -> PlanVerdict:
         while True:  # trainer.py's _wait_ack looks every 0.1 s (for a stop it never sees here)
             try:
-                ack: PlanVerdict = p.ack_qs[index].get(timeout=0.1)
-                break
+                ack: PlanVerdict = self.p.ack_qs[self.index].get(timeout=0.1)
+                return ack
             except queue.Empty:
                 continue
-        pending = False
-        if not ack.applied:
-            version = p.reload(role)
+
+    def applied(self, ack: PlanVerdict) -> bool:
         return ack.applied
 
-    def refuse(req: PlanTrain) -> None:
-        p.inbox.put(PlanVerdict(index, req.batch_id, False, version, p.clock.now()))
 
+def trainer_role(p: Plan, index: int) -> None:
+    """trainer.py's `trainer_main` after loading: train until a None request."""
+    trainer = PlanTrainer(p, index)
     p.start.wait()
-    while True:
-        if pending and p.trainer_qs[index].empty():
-            settle()
-        req: PlanTrain | None = p.trainer_qs[index].get()
-        if req is None:
-            if pending:
-                settle()
-            return
-        if not pending and p.version != version:
-            version = p.reload(role)
-        if version - req.oldest > cfg.staleness.staleness_k:
-            refuse(req)
-            continue
-        if req.prefill_tokens:
-            p.charge(role, Prefill(calls=1, tokens=req.prefill_tokens))
-        p.charge(role, Update(tokens=req.tokens))
-        if pending and not settle():
-            refuse(req)
-            continue
-        p.charge(role, Weights("write", p.weight_bytes))
-        p.commit_q.put(PlanCommit(index, req.batch_id, version))
-        pending = True
-        version += 1
+    trainer.run()
 
 
 def param_service_role(p: Plan) -> None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 import queue
+from abc import ABC, abstractmethod
+from typing import Generic, TypeVar
 
 from rlcore.clock.work import Weights
 from rlcore.policy.device import peak_gpu_bytes
@@ -36,18 +38,120 @@ from rlcore.runners.asynchronous.messages import (
     UpdateDone,
 )
 
+R = TypeVar("R")  # a batch to train
+A = TypeVar("A")  # the parameter service's verdict
 
-class Trainer:
-    """One trainer role: its policy, its staging slot and its pending commit."""
+
+class TrainerLoop(ABC, Generic[R, A]):
+    """A trainer's decisions, written once for the live trainer and the planner's: when to
+    load the published state, when to refuse a batch, and the commit round trip pipelined
+    with the next update. What loading, updating and proposing do is the subclass's."""
+
+    def __init__(self, k: int, version: int):
+        self.k = k  # staleness.staleness_k
+        self.version = version  # the version this trainer's weights hold
+        self.pending = False  # a commit was sent and its verdict not read yet
+
+    # --- what a subclass does -------------------------------------------------------------
+    @abstractmethod
+    def next_request(self) -> R | None:
+        """The next batch (None: stop)."""
+
+    @abstractmethod
+    def idle(self) -> bool:
+        """No batch is queued to overlap the commit round trip with."""
+
+    @abstractmethod
+    def published(self) -> int:
+        """The global version."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the published state (dropping this trainer's own candidate); sets version."""
+
+    @abstractmethod
+    def oldest(self, req: R) -> int:
+        """The oldest policy version of any token in the batch."""
+
+    @abstractmethod
+    def started(self) -> float:
+        """The time a batch's handling starts, for its report."""
+
+    @abstractmethod
+    def update(self, req: R) -> dict[str, float]:
+        """Compute the update of the batch from `version`; returns its statistics."""
+
+    @abstractmethod
+    def propose(self, req: R, stats: dict[str, float], t_start: float) -> None:
+        """Write the candidate and ask the parameter service to commit it."""
+
+    @abstractmethod
+    def refuse(self, req: R, reason: str, stats: dict[str, float], t_start: float) -> None:
+        """Report an update this trainer will not propose to the parameter service."""
+
+    @abstractmethod
+    def wait_ack(self) -> A | None:
+        """The service's verdict on the pending commit; None if none came (teardown)."""
+
+    @abstractmethod
+    def applied(self, ack: A) -> bool:
+        """Whether the verdict applied the commit (and what else it says is taken)."""
+
+    # --- the decisions --------------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            # Nothing queued to overlap the round trip with: take the verdict now.
+            if self.pending and self.idle() and self.settle() is None:
+                break  # no verdict: the run is being torn down
+            req = self.next_request()
+            if req is None:
+                if self.pending:
+                    self.settle()
+                break
+            self.train(req)
+
+    def train(self, req: R) -> None:
+        t_start = self.started()
+        if not self.pending and self.published() != self.version:
+            self.load()  # another trainer committed
+        stale = self.version - self.oldest(req)
+        if stale > self.k:
+            # Only reachable with several trainers, when others committed past the base the
+            # controller planned for: training would break the staleness bound, so refuse.
+            self.refuse(req, f"staleness {stale} > K at the trainer", {}, t_start)
+            return
+        stats = self.update(req)
+        if self.pending and not self.settle():
+            # computed on a rejected candidate (or no verdict came): discard it as well
+            self.refuse(req, "its base candidate was not committed", stats, t_start)
+            return
+        self.propose(req, stats, t_start)
+        self.pending = True
+        self.version += 1  # what the weights will be once the service applies the candidate
+
+    def settle(self) -> bool | None:
+        """Read the verdict on the pending commit (the service reports it to the controller):
+        applied or skipped, or None if no verdict came (the parameter service is gone)."""
+        ack = self.wait_ack()
+        self.pending = False
+        if ack is None:
+            return None
+        applied = self.applied(ack)
+        if not applied:
+            self.load()
+        return applied
+
+
+class Trainer(TrainerLoop[TrainRequest, CommitAck]):
+    """One live trainer role: its policy, its staging slot and its pending commit."""
 
     def __init__(self, ctx: TrainerContext):
         self.ctx, self.cfg, self.clock = ctx, ctx.cfg, ctx.clock
         self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device,
                                clock=ctx.clock)
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
-        self.version = ctx.slots.read_into(self.params)  # the version self.params hold
+        super().__init__(self.cfg.staleness.staleness_k, ctx.slots.read_into(self.params))
         self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
-        self.pending = False  # a commit was sent and its verdict not read yet
         self.ops: list[TrainerOp] = []  # steps not reported yet
         self.steps = 0
 
@@ -55,46 +159,37 @@ class Trainer:
         self.ops.append(TrainerOp(self.ctx.index, self.steps, op, version, batch_id))
         self.steps += 1
 
-    def reload(self) -> None:
-        """Load the published state (dropping this trainer's own candidate, if any)."""
-        self.version = self.ctx.slots.read_into(self.params)
-        self.clock.charge(Weights("read", self.ctx.slots.nbytes))
-        self.step("load", self.version)
-
     def report(self) -> tuple[TrainerOp, ...]:
         ops, self.ops = tuple(self.ops), []
         return ops
 
-    def run(self) -> None:
-        ctx = self.ctx
-        while True:
-            # Nothing queued to overlap the round trip with: take the verdict now.
-            if self.pending and ctx.trainer_q.empty() and self.settle() is None:
-                break  # no verdict: the run is being torn down
-            req = ctx.trainer_q.get()
-            if req is None:
-                if self.pending:
-                    self.settle()
-                break
-            self.train(req)
+    def next_request(self) -> TrainRequest | None:
+        return self.ctx.trainer_q.get()
 
-    def train(self, req: TrainRequest) -> None:
-        t_start = self.clock.now()
-        if not self.pending and self.ctx.slots.version() != self.version:
-            self.reload()  # another trainer committed
-        oldest = min(min(v) for v in req.batch.versions if v)
-        if self.version - oldest > self.cfg.staleness.staleness_k:
-            # Only reachable with several trainers, when others committed past the base the
-            # controller planned for: training would break the staleness bound, so refuse.
-            self.refuse(req, f"staleness {self.version - oldest} > K at the trainer", {}, t_start)
-            return
+    def idle(self) -> bool:
+        return self.ctx.trainer_q.empty()
+
+    def published(self) -> int:
+        return self.ctx.slots.version()
+
+    def load(self) -> None:
+        self.version = self.ctx.slots.read_into(self.params)
+        self.clock.charge(Weights("read", self.ctx.slots.nbytes))
+        self.step("load", self.version)
+
+    def oldest(self, req: TrainRequest) -> int:
+        return min(min(v) for v in req.batch.versions if v)
+
+    def started(self) -> float:
+        return self.clock.now()
+
+    def update(self, req: TrainRequest) -> dict[str, float]:
         stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
                                    current_version=self.version)
         self.step("update", self.version, req.batch_id)
-        if self.pending and not self.settle():
-            # computed on a rejected candidate (or no verdict came): discard it as well
-            self.refuse(req, "its base candidate was not committed", stats, t_start)
-            return
+        return stats
+
+    def propose(self, req: TrainRequest, stats: dict[str, float], t_start: float) -> None:
         t_write = self.clock.now()
         self.ctx.slots.write(self.slot, self.params)
         self.clock.charge(Weights("write", self.ctx.slots.nbytes))
@@ -103,28 +198,20 @@ class Trainer:
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, finite, stats, t_start,
                                             self.clock.now(), self.report()))
-        self.pending = True
-        self.version += 1  # what self.params will be once the service applies the candidate
-
-    def settle(self) -> bool | None:
-        """Read the verdict on the pending commit (the service reports it to the controller):
-        applied or skipped, or None if no verdict came (the parameter service is gone)."""
-        ack = _wait_ack(self.ctx)
-        self.pending = False
-        if ack is None:
-            return None
-        self.slot = ack.next_slot
-        if not ack.applied:
-            self.reload()
-        return ack.applied
 
     def refuse(self, req: TrainRequest, reason: str, stats: dict[str, float],
                t_start: float) -> None:
-        """Report an update this trainer will not propose to the parameter service."""
         ctx = self.ctx
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
                                  self.version, reason, stats, self.clock.now(), t_start,
                                  ops=self.report()))
+
+    def wait_ack(self) -> CommitAck | None:
+        return _wait_ack(self.ctx)
+
+    def applied(self, ack: CommitAck) -> bool:
+        self.slot = ack.next_slot
+        return ack.applied
 
 
 def trainer_main(ctx: TrainerContext) -> None:
