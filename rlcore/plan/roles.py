@@ -1,14 +1,14 @@
 """The planner's roles: the asynchronous run's roles with the model taken out.
 
-Each role here follows its live counterpart in `rlcore/runners/asynchronous/` step for step
-(rollout.py, trainer.py, param_service.py; the controller's decisions are the live
-`scheduling.py`'s, called from `controller.py`), on the
-same virtual clock (`rlcore/clock/virtual.py`). What a role computes is only priced: a
-response is a length drawn from `lengths.py` (`sampler.py`), an update is its token count.
-Nothing is written but the counts a plan reports (`planner.py`).
-
-When a live role changes how it schedules, its twin here must change with it:
-`tests/test_plan.py` compares a plan with a virtual run of the same config.
+The rollout runs the live generation loop (`rlcore/policy/generation.py`) on a sampler that
+draws lengths (`sampler.py`, `lengths.py`) and takes prompts through rollout.py's
+`PromptFeed`; the trainer is the live `TrainerLoop` (trainer.py) with an update priced by
+its token count; the controller's decisions are the live `scheduling.py`'s (`controller.py`).
+All run on the same virtual clock (`rlcore/clock/virtual.py`). What is left here is what
+the live roles do with a model and weights: prices instead of computations, a version number
+instead of weight slots, and the planner's messages. Nothing is written but the counts a
+plan reports (`planner.py`). `tests/test_plan.py` checks that a plan makes a virtual run's
+decisions, given its lengths.
 """
 
 from __future__ import annotations
