@@ -288,6 +288,7 @@ def first_updates_overlap(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
     return met
 
 
+@pytest.mark.slow
 def test_two_trainers_race_and_the_stale_commit_is_skipped(
         tiny_model_dir: Path, tmp_path: Path, first_updates_overlap: dict[str, bool],
         monkeypatch: pytest.MonkeyPatch):

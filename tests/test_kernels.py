@@ -142,6 +142,7 @@ class TestIntelAnswer:
         assert intel_answer_loaded()
         assert "mkl-intel-answer-" in os.environ["LD_PRELOAD"]
 
+    @pytest.mark.slow
     def test_a_fresh_process_builds_the_answer_and_runs_mkls_avx2_branch(
             self, other_vendor: dict[str, str], tmp_path: Path):
         done = _pin_in_a_fresh_process(other_vendor)
@@ -149,6 +150,7 @@ class TestIntelAnswer:
         assert done.stdout.split()[-1] == "AVX2,STRICT"
         assert len(list((tmp_path / "cache").glob("mkl-intel-answer-*.so"))) == 1
 
+    @pytest.mark.slow
     def test_torch_imported_first_is_refused_saying_how_to_start(
             self, other_vendor: dict[str, str]):
         done = _pin_in_a_fresh_process(other_vendor, first="import torch; ")
@@ -156,6 +158,7 @@ class TestIntelAnswer:
         assert "MKL runs on its AUTO" in done.stderr
         assert "before importing torch, or start the process with LD_PRELOAD=" in done.stderr
 
+    @pytest.mark.slow
     def test_without_a_compiler_portable_says_what_to_install(
             self, other_vendor: dict[str, str], tmp_path: Path):
         (tmp_path / "bin").mkdir()  # a PATH with no compiler on it

@@ -222,6 +222,7 @@ class TestResults:
         startup = json.loads((w / "summary.json").read_text())["time"]["startup_s"]
         assert 0.0 < startup < elapsed
 
+    @pytest.mark.slow
     def test_a_warm_areal_run_replays_bit_for_bit(self, tree: Tree, tmp_path: Path,
                                                   tiny_model_dir: Path):
         """The AReaL-style workers, forked from a fork server forked from the job: their

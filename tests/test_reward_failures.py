@@ -144,6 +144,7 @@ def test_a_harness_failure_stops_every_path_alike(path: str, tiny_model_dir: Pat
         assert gone(lambda: [t for t in threading.enumerate() if t.name in ROLES])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_below_the_limit_every_path_finishes_and_counts(path: str, tiny_model_dir: Path,
                                                         tmp_path: Path, harness: BrokenHarness):

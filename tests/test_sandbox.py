@@ -288,6 +288,7 @@ def shipped_tasks() -> list[Task]:
     return read_task_file(data / "train.jsonl") + read_task_file(data / "heldout.jsonl")
 
 
+@pytest.mark.slow
 def test_shipped_tasks_pass_their_reference_solutions_and_fail_wrong_ones():
     tasks = shipped_tasks()
     assert len(tasks) >= 40 and len({t.task_id for t in tasks}) == len(tasks)
