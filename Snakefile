@@ -1,7 +1,8 @@
 # The experiment pipeline: base model -> one run per grid point (trained, then scored on the
 # held-out split in the same job) -> counterfactual replays of selected runs -> tables and
 # figures.
-# Run it with `snakemake --cores 1 --resources gpu=2` (or `--profile workflow/profiles/default`).
+# Run it with `snakemake --cores all --resources gpu=2` (or `--profile workflow/profiles/default`):
+# a wall-clock run holds the machine alone, virtual runs and replays pair up (rules/common.smk).
 from snakemake.utils import min_version
 
 min_version("9.0")

@@ -350,6 +350,14 @@ def test_a_virtual_block_runs_under_its_profile_in_paths_that_name_it(tmp_path: 
     assert replayed == [f"results/runs/{RUN_IDS[1]}/summary.json"] * 2
     (trace,) = [j for j in jobs if j["rule"] == "trace_figures"]
     assert V100 not in trace["input"]
+    # A wall run holds the machine (every core, both device slots), as its times are the
+    # measurement; a virtual run and a replay take one core and one slot, so two share it.
+    cores = len(os.sched_getaffinity(0))  # the profile's `cores: all`, as Snakemake counts
+    for job in jobs:
+        if job["rule"] in ("run", "replay"):
+            alone = job["rule"] == "run" and job["wildcards"].startswith("clock=wall,")
+            assert int(job.get("threads", 1)) == (cores if alone else 1), job
+            assert f"gpu={2 if alone else 1}" in job["resources"].split(", "), job
 
 
 def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):

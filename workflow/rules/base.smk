@@ -20,6 +20,7 @@ rule base_model:
         f"{R}/logs/base_model.log",
     conda:
         "../envs/rlcore.yaml"
+    threads: config["run"]["base"]["threads"]
     params:
         code=BASE_CODE,
     shell:

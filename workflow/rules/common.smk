@@ -102,6 +102,24 @@ def base_input(wildcards):
     return [model_path()] if config["build_base"] else []
 
 
+# What a job holds of the machine (`threads:` and the `gpu` resource of runs and replays). A
+# wall-clock run's times are what it measures, so it holds the machine alone: every core
+# (Snakemake scales a claim above --cores down to it) and both device slots. A virtual run's
+# and a replay's times are a function of their config, and their roles take turns on one
+# core, so two of them share the machine.
+def timed_alone(wildcards):
+    """A wall-clock run, not a replay of one (whose times are its schedule's)."""
+    return wildcards.clock == WALL_CLOCK and not hasattr(wildcards, "replayed")
+
+
+def job_threads(wildcards):
+    return (os.cpu_count() or 1) if timed_alone(wildcards) else 1
+
+
+def job_gpus(wildcards):
+    return 2 if timed_alone(wildcards) else 1
+
+
 # Every run's and replay's row (rlcore.analysis.tables.write_runs): what analysis reads.
 RUNS_TABLE = f"{R}/tables/runs.parquet"
 

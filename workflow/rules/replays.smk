@@ -16,8 +16,9 @@ rule replay:
         f"{R}/logs/replays/{FILE_PATTERN}-{{replayed}}.log",
     conda:
         "../envs/rlcore.yaml"
+    threads: job_threads
     resources:
-        gpu=2,
+        gpu=job_gpus,
     params:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),

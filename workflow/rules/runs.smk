@@ -26,8 +26,9 @@ rule run:
         f"{R}/logs/runs/{FILE_PATTERN}.log",
     conda:
         "../envs/rlcore.yaml"
+    threads: job_threads
     resources:
-        gpu=2,
+        gpu=job_gpus,
     params:
         run_dir=lambda wildcards, output: os.path.dirname(output.summary),
         code=RUNTIME_CODE,
