@@ -23,21 +23,34 @@ from rlcore.code_digest import (
 )
 from tests.import_graph import ROOT, closure, import_graph, imported, module_name, modules
 
-# The functions of rlcore/cli.py each job's command runs (besides main, entry and the parser).
+# The functions of rlcore/cli.py each job's command runs (besides main, entry and the parser),
+# or the module cli.py imports for it by name (cli.ELSEWHERE).
 COMMANDS = {"run": ("_run",), "replay": ("_replay",), "base_model": ("_build_base",),
-            "plan": ("_plan",)}
+            "plan": ("rlcore.plan.command",)}
 ALWAYS = ("main", "entry", "build_parser")
 
 
 def command_imports(functions: tuple[str, ...]) -> set[str]:
-    """The rlcore modules `rlcore <command>` imports directly: cli's module-level imports and
-    those inside the named functions (cli.py itself is in every part)."""
+    """The rlcore modules `rlcore <command>` imports directly: cli's module-level imports,
+    those inside the named functions and the named modules (cli.py itself is in every
+    part)."""
     tree = ast.parse((ROOT / "rlcore" / "cli.py").read_text())
     nodes = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     for fn in tree.body:
         if isinstance(fn, ast.FunctionDef) and fn.name in (*functions, *ALWAYS):
             nodes += list(ast.walk(fn))
-    return imported(nodes, "rlcore", modules()) - {"rlcore.cli"}
+    by_name = {f for f in functions if f.startswith("rlcore.")}
+    return (imported(nodes, "rlcore", modules()) | by_name) - {"rlcore.cli"}
+
+
+def test_commands_named_elsewhere_are_in_packages_no_job_imports():
+    """cli.py imports a command's module by name only for the commands of packages outside
+    the runtime part: a job's own command never loads them."""
+    from rlcore.cli import ELSEWHERE
+
+    runtime = set(runtime_files(ROOT))
+    for module, _ in ELSEWHERE.values():
+        assert modules()[module] not in runtime, module
 
 
 def outside(names: set[str], part: list[Path]) -> list[str]:

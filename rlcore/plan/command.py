@@ -1,0 +1,63 @@
+"""`rlcore plan`: what a config would do on a hardware profile, without a model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rlcore.config import ConfigError, load_config
+from rlcore.config.arguments import add_config, add_overrides, say_which_part_runs
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from rlcore.plan.lengths import chosen
+    from rlcore.plan.planner import plan_sweep, sweep_values, table
+
+    say_which_part_runs(args.config)
+    base = [*args.set, *([f"runtime.hardware={args.hardware}"] if args.hardware else [])]
+    key, values = sweep_values(args.sweep) if args.sweep else ("mode", [None])
+    cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))
+            for v in values]
+    runs = args.lengths or [None]
+    if len(runs) not in (1, len(values)):
+        raise ConfigError(f"{len(runs)} --lengths for {len(values)} sweep values: give one, "
+                          "or one per value in the sweep's order")
+    lengths = [chosen(run, cfgs[0].rollout.max_new_tokens, fit=args.fit,
+                      as_recorded=args.as_recorded, mean_tokens=args.mean_tokens,
+                      pooled=args.pooled) for run in runs] * (len(values) // len(runs))
+    plans = plan_sweep(cfgs, key, list(values), lengths)
+    first = plans[0]
+    print(f"{args.config} on {first['hardware']}, {cfgs[0].train.updates} updates; "
+          f"response lengths {first['lengths']}")
+    print(table(plans, key))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(plans, indent=1) + "\n")
+        print(f"plans: {args.out}")
+    return 0
+
+
+def add_arguments(name: str, pl: argparse.ArgumentParser) -> None:
+    """The arguments of `rlcore plan` (`name` is always "plan")."""
+    add_config(pl)
+    pl.add_argument("--hardware", help="profile name or path (default: runtime.hardware)")
+    pl.add_argument("--sweep", metavar="KEY=V1,V2,...",
+                    help="one plan per value, e.g. staleness.staleness_k=0,1,2,4,8")
+    pl.add_argument("--lengths", metavar="RUN_DIR", action="append",
+                    help="draw response lengths from a finished run's samples, each attempt "
+                         "at a task from that task's own (tasks the run never sampled: from "
+                         "all); with --sweep, once for all values or once per value, in order")
+    pl.add_argument("--pooled", action="store_true",
+                    help="with --lengths: every attempt from all of the run's lengths alike")
+    pl.add_argument("--fit", action="store_true",
+                    help="with --lengths: a geometric fit to that run's mean length instead")
+    pl.add_argument("--as-recorded", action="store_true",
+                    help="with --lengths: each attempt that run recorded keeps its length "
+                         "(checks the planner against the run)")
+    pl.add_argument("--mean-tokens", type=float,
+                    help="a geometric length distribution with this mean (default: half of "
+                         "rollout.max_new_tokens)")
+    pl.add_argument("--out", help="write the plans here (JSON)")
+    add_overrides(pl)
+    pl.set_defaults(func=_plan)
