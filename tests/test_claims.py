@@ -13,6 +13,7 @@ from rlcore.analysis.claims import (
     Sesoi,
     arm_from_path,
     claim_from_config,
+    claims_findings,
     claims_markdown,
     claims_table,
     comparison_text,
@@ -231,3 +232,19 @@ def test_comparison_text():
     assert comparison_text(claim_from_config(SPEC)) == (
         "areal/areal/K2/pg - sync/none/K0/pg; reward_per_1k_tokens; "
         "virtual clock (v100); paired by seed")
+
+
+def test_each_claim_is_a_plain_sentence_on_the_front_page():
+    """What the source said and the verdict on each clock, rows of one claim together; the
+    markup characters of a statement escaped, so it reads the same in Markdown and rst."""
+    claim = claim_from_config({**SPEC, "statement": "AReaL_style *wins*"})
+    rows = [_row("areal", "areal", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
+    rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
+    (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
+    live = {**row, "clock": "wall", "verdict": SUPPORTED, "basis": "equivalence"}
+    other = {**row, "claim": "C6", "statement": "another", "verdict": EQUIVALENT}
+    assert claims_findings([row, live, other]) == (
+        "- **C5** AReaL\\_style \\*wins\\* (seed 000, Figure 4): **supported** on the emulated "
+        "v100; **supported by equivalence** on this machine's clock.\n"
+        "- **C6** another (seed 000, Figure 4): **equivalent (no effect that matters)** on the "
+        "emulated v100.\n")

@@ -31,6 +31,25 @@ def test_runs_sort_sync_then_threaded_then_areal_then_by_policy_and_k():
     assert style.config_label("sync", "none", 0) == "sync K=0"
 
 
+def test_an_arm_is_named_in_words():
+    assert style.arm_title("areal", "paper", "v100") == \
+        "AReaL-style under staleness policy 'paper', virtual clock v100"
+    assert style.arm_title("sync", "none", "wall") == "sync under staleness policy 'none'"
+
+
+def test_one_objective_sets_the_clocks_side_by_side_on_one_y_axis():
+    """Panels that share the y axis read best side by side: with one objective, one row."""
+    fig, axes = style.objective_axes(["wall", "v100"], ["pg"], sharex="row")
+    assert axes.shape == (2, 1)
+    wall, v100 = axes[0][0].get_position(), axes[1][0].get_position()
+    assert v100.x0 > wall.x1 and wall.y0 == pytest.approx(v100.y0)
+    assert axes[0][0].get_shared_y_axes().joined(axes[0][0], axes[1][0])
+    assert not axes[0][0].get_shared_x_axes().joined(axes[0][0], axes[1][0])  # own seconds
+    fig, axes = style.objective_axes(["wall", "v100"], ["pg", "decoupled"])
+    assert axes.shape == (2, 2) and axes[1][0].get_position().y1 < axes[0][0].get_position().y0
+    style.plt.close("all")
+
+
 def test_each_policy_of_a_mode_gets_its_own_shade():
     colors = style.arm_colors([("areal", "paper", 0, "pg"), ("areal", "areal", 2, "pg"),
                                  ("sync", "none", 0, "pg")])

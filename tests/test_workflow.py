@@ -172,6 +172,13 @@ def test_claims_table_compares_the_arms_it_names(pipeline: Path):
         assert r["verdict"] == "unresolved at this power" and r["seeds"] == "1"
     md = (results / "tables" / "claims.md").read_text()
     assert "| T1 | AReaL-style beats sync (a test) |" in md
+    # the report's front page opens with the table in words, one sentence per claim
+    findings = (results / "tables" / "findings.md").read_text().splitlines()
+    assert findings[0] == ("- **T1** AReaL-style beats sync (a test): **unresolved at this "
+                           "power** on this machine's clock.") and len(findings) == 3
+    page = (results / "report.html").read_text()
+    assert page.index("Findings</h1>") < page.index("AReaL-style beats sync (a test)") \
+        < page.index("What was run</h1>")
 
 
 def test_replays_are_run_directories_compared_in_pairs(pipeline: Path):

@@ -30,6 +30,7 @@ jobs a fresh `make run` has room for) less the minutes the jobs read here took.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -373,3 +374,28 @@ def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
                      f"claim: {expect} | {effect} | {r['seeds']} / {need_text} | "
                      f"{verdict_text} |")
     return "\n".join(lines) + "\n"
+
+
+def _plain(text: str) -> str:
+    """`text` with the characters that mark up Markdown or reStructuredText escaped."""
+    return re.sub(r"([\\`*_|])", r"\\\1", text)
+
+
+def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
+    """One plain sentence per claim of the claims table (what its source said, and the
+    verdict on each clock it was tested on), as a list that reads the same in Markdown and
+    reStructuredText: the report's front page opens with it. The effects and intervals are
+    the table's."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for r in table:
+        verdict_text = r["verdict"]
+        if r["verdict"] == EQUIVALENT:
+            verdict_text += " (no effect that matters)"
+        elif r["basis"] == "equivalence":
+            verdict_text += " by equivalence"
+        on = "this machine's clock" if r["clock"] == WALL_CLOCK else f"the emulated {r['clock']}"
+        found.setdefault((r["claim"], r["statement"], r["source"]), []).append(
+            f"**{_plain(verdict_text)}** on {_plain(on)}")
+    return "".join(f"- **{claim}** {_plain(statement)} ({_plain(source)}): "
+                   f"{'; '.join(verdicts)}.\n"
+                   for (claim, statement, source), verdicts in found.items())

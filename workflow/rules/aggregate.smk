@@ -70,6 +70,12 @@ rule claims:
             caption="../../reports/claims.rst",
             category="Claims",
         ),
+        # one sentence per row, which the report's front page opens with
+        findings=report(
+            f"{R}/tables/findings.md",
+            caption="../../reports/findings.rst",
+            category="Claims",
+        ),
         forest=report(
             f"{R}/figures/claims_forest.png",
             caption="../../reports/claims_forest.rst",

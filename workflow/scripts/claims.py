@@ -1,10 +1,11 @@
-"""The claims table from the runs and replays its claims name (rlcore.analysis.claims), and
-its forest plot."""
+"""The claims table from the runs and replays its claims name (rlcore.analysis.claims), its
+findings in words (the report's front page) and its forest plot."""
 
 from pathlib import Path
 
 from rlcore.analysis.claims import (
     claim_from_config,
+    claims_findings,
     claims_markdown,
     claims_table,
     row_key,
@@ -26,6 +27,7 @@ def main(smk):
     table = claims_table(claims, rows, smk.params.budget_min, sesoi_from_config(smk.params.sesoi))
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
+    Path(smk.output.findings).write_text(claims_findings(table))
     draw_claims_forest(table, smk.output.forest, smk.output.forest_svg)
 
 

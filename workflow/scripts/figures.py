@@ -11,9 +11,8 @@ from rlcore.analysis.figures.length_bias import draw_length_bias, runs_by_k
 from rlcore.analysis.figures.lengths import draw_response_lengths
 from rlcore.analysis.figures.planner import draw_plan_vs_measured
 from rlcore.analysis.figures.prompts import draw_prompt_audit
-from rlcore.analysis.figures.style import MODE_LABEL
+from rlcore.analysis.figures.style import arm_title
 from rlcore.analysis.tables import logged, read_runs
-from rlcore.record.identity import WALL_CLOCK
 
 
 def grid_figures(smk):
@@ -29,8 +28,7 @@ def grid_figures(smk):
     staleness_figures.draw_staleness(rows, out.staleness, out.staleness_svg)
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
     axis = smk.params.k_axis
-    on = "" if axis["clock"] == WALL_CLOCK else f", virtual clock {axis['clock']}"
-    title = f"{MODE_LABEL[axis['mode']]}, policy {axis['policy']}{on}"
+    title = arm_title(axis["mode"], axis["policy"], axis["clock"])
     draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg, title)
     draw_prompt_audit(runs_by_k(rows, **axis), out.prompt_audit, out.prompt_audit_svg, title)
     draw_response_lengths(Path(smk.input.base_eval),

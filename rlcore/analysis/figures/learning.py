@@ -161,7 +161,7 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
             ax.bar(i, cold, 0.7, bottom=startup, color=lighter(color))
             ax.bar(i, wall, 0.7, bottom=startup + cold, color=color, yerr=total_ci, capsize=3)
             rate, _ = mean_ci95([r["updates_per_s"] for r in members])
-            ax.annotate(f"{rate:.0f}/s", (i, total + total_ci), xytext=(0, 2),
+            ax.annotate(f"{rate:.2g}/s", (i, total + total_ci), xytext=(0, 2),
                         textcoords="offset points", ha="center", fontsize=6)
         ax.set_xticks(range(len(groups)),
                       [f"{config_label(m, p, k)}, {o}" for m, p, k, o in groups],

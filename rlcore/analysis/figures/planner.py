@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.analysis.figures.style import MODE_LABEL, plt, save
+from rlcore.analysis.figures.style import arm_title, clock_title, plt, save
 from rlcore.analysis.tables import mean_ci95
 from rlcore.record.identity import WALL_CLOCK
 from rlcore.record.timing import run_timing
@@ -41,22 +41,23 @@ def draw_plan_vs_measured(plans: Sequence[dict[str, Any]], run_dirs: Iterable[Pa
     measured = measured_by_k(run_dirs)
     planned = sorted((int(p[KEY]), p) for p in plans)
     fig, axes = plt.subplots(1, len(PANELS), figsize=(11.5, 3.4), layout="constrained")
+    seeds = sorted({len(v) for v in measured.values()})
+    seeds_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
     for ax, (metric, label) in zip(axes, PANELS, strict=True):
         ks = list(measured)
         stats = [mean_ci95([f[metric] for f in measured[k]]) for k in ks]
         ax.errorbar(ks, [m for m, _ in stats], yerr=[c for _, c in stats], fmt="o",
                     color="#d95f02", capsize=3,
-                    label=f"measured (mean of {min(len(v) for v in measured.values())}+ seeds)")
+                    label=f"measured: mean, 95 % interval over {seeds_text} seeds")
         ax.plot([k for k, _ in planned], [p[metric] for _, p in planned], "-s",
                 color="#4d4d4d", markersize=4, label="planned (rlcore plan)")
         ax.set_xlabel("staleness bound K")
         ax.set_ylabel(label)
         ax.set_xticks(sorted({*ks, *(k for k, _ in planned)}))
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room above the highest marker
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     hardware = planned[0][1]["hardware"] if planned else "?"
-    on = "this machine's clock" if clock == WALL_CLOCK else f"virtual clock {clock}"
-    fig.suptitle(f"{MODE_LABEL[mode]}, policy {policy}: planned on {hardware} against "
-                 f"measured on {on}", fontsize=10)
+    fig.suptitle(f"{arm_title(mode, policy, WALL_CLOCK)}: planned on {hardware} against "
+                 f"measured on {clock_title(clock)}", fontsize=10)
     save(fig, png, svg)

@@ -17,6 +17,7 @@ from rlcore.analysis.figures.style import (
     MODE_MARKER,
     Row,
     arm_colors,
+    arm_title,
     by_clock,
     config_label,
     group_rows,
@@ -71,9 +72,10 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                             capsize=2, markersize=5,
                             label=config_label(mode, policy, k).rsplit(" K=", 1)[0]
                             if len(points) == 1 else None)
-                ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],
-                            textcoords="offset points", fontsize=7, color=color,
-                            ha="right" if mode == "sync" else "left")
+                if mode != "sync":  # sync is K = 0 alone; its label would only crowd
+                    ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],
+                                textcoords="offset points", fontsize=7, color=color,
+                                ha="left")
             if len(points) > 1:
                 ax.plot(*zip(*points, strict=True), color=color, linewidth=0.8, alpha=0.6)
         ax.set_xlabel(f"accepted samples per second ({seconds_of(clock)})")
@@ -157,8 +159,7 @@ def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
                        linewidth=0.9, linestyle="--")
             sync_drawn.add(row["sync/mean"])
     ax.set_xticks(sorted(all_ks))
-    on = "" if clock == WALL_CLOCK else f", virtual clock {clock}"
-    ax.set_xlabel(f"staleness bound K ({MODE_LABEL.get(mode, mode)}, policy {policy}{on})")
+    ax.set_xlabel(f"staleness bound K ({arm_title(mode, policy, clock)})")
     ax.set_ylabel("held-out sampled pass rate")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, title="mean ± 95% CI over seeds\ndashed: sync (on-policy)",

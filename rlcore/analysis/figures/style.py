@@ -33,7 +33,7 @@ MODE_LABEL = {"sync": "sync", "async": "threaded async", "areal": "AReaL-style"}
 MODE_COLOR = {"sync": "#4d4d4d", "async": "#1f77b4", "areal": "#d95f02"}
 MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
 # Where each mode's point labels go, so that neighbouring points' labels do not collide.
-LABEL_OFFSET = {"sync": (-5, 5), "async": (5, -11), "areal": (5, 5)}
+LABEL_OFFSET = {"async": (5, -11), "areal": (5, 5)}  # K labels beside a mode's points
 K_LINESTYLE = ("-", "--", ":", "-.")
 # A mode's second and third policy are drawn in darker and lighter shades of its colour.
 POLICY_SHADE = (0.0, -0.45, 0.45)
@@ -83,6 +83,13 @@ def by_clock(rows: Iterable[Row]) -> dict[str, list[Row]]:
 def clock_title(clock: str) -> str:
     """A panel's title for the runs of one clock."""
     return "wall clock (this machine)" if clock == WALL_CLOCK else f"virtual clock: {clock}"
+
+
+def arm_title(mode: str, policy: str, clock: str) -> str:
+    """"AReaL-style under staleness policy 'paper', virtual clock v100x2-...": one arm of the
+    grid, named for a figure's title."""
+    on = "" if clock == WALL_CLOCK else f", virtual clock {clock}"
+    return f"{MODE_LABEL.get(mode, mode)} under staleness policy '{policy}'{on}"
 
 
 def seconds_of(clock: str) -> str:
@@ -162,10 +169,15 @@ def line_style(color: Any, k: int, ks: Sequence[int]) -> dict[str, Any]:
 def objective_axes(clocks: Sequence[str], objectives: Sequence[str], height: float = 3.6,
                    sharex: bool | Literal["row"] = False):
     """A row of panels per clock and a column per objective, sharing y: `axes[i][j]` is clock
-    i's panel of objective j. Titles name the clock when there is more than one."""
-    fig, axes = plt.subplots(len(clocks), len(objectives),
-                             figsize=(5.2 * len(objectives), height * len(clocks)),
-                             sharex=sharex, sharey=True, squeeze=False, layout="constrained")
+    i's panel of objective j; with one objective, the clocks' panels side by side, as they
+    share the y axis (`sharex="row"`: each clock its own x). Titles name the clock when there
+    is more than one."""
+    side_by_side = len(objectives) == 1
+    shape = (1, len(clocks)) if side_by_side else (len(clocks), len(objectives))
+    fig, grid = plt.subplots(*shape, figsize=(5.2 * shape[1], height * shape[0]),
+                             sharex=False if side_by_side and sharex == "row" else sharex,
+                             sharey=True, squeeze=False, layout="constrained")
+    axes = grid.reshape(len(clocks), len(objectives))
     for row, clock in zip(axes, clocks, strict=True):
         for ax, objective in zip(row, objectives, strict=True):
             title = f"objective: {objective}"
