@@ -13,8 +13,6 @@ from rlcore.analysis.claims import (
     Sesoi,
     arm_from_path,
     claim_from_config,
-    claims_findings,
-    claims_markdown,
     claims_table,
     comparison_text,
     delta_for,
@@ -25,6 +23,7 @@ from rlcore.analysis.claims import (
     unpaired_effect,
     verdict,
 )
+from rlcore.analysis.claims_text import claims_findings, claims_markdown
 
 
 def test_paired_effect_by_hand():

@@ -5,12 +5,11 @@ from pathlib import Path
 
 from rlcore.analysis.claims import (
     claim_from_config,
-    claims_findings,
-    claims_markdown,
     claims_table,
     row_key,
     sesoi_from_config,
 )
+from rlcore.analysis.claims_text import claims_findings, claims_markdown
 from rlcore.analysis.figures.claims import draw_claims_forest
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.analysis.tables import logged, read_runs, write_csv

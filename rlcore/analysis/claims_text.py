@@ -1,0 +1,81 @@
+"""The claims table in words: as Markdown (`claims.md`) and as one sentence per claim (the
+report's front page, `findings.md`). The table itself is `claims.py`'s."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlcore.analysis.claims import EQUIVALENT, SUPPORTED, UNRESOLVED
+from rlcore.record.identity import WALL_CLOCK
+
+
+def _num(x: float, digits: int) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.{digits}f}"
+
+
+def _count(n: float) -> str:
+    return "n/a" if math.isnan(n) else ("inf" if math.isinf(n) else f"{n:.0f}")
+
+
+def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
+    """The claims table as Markdown: claim, comparison, effect [95 % CI] and delta, seeds
+    (those a difference and an equivalence would need, with the job-minutes the seeds it
+    lacks would take), verdict (and whether those fit the budget's spare)."""
+    lines = ["| claim | statement (source) | comparison | effect [95 % CI]; delta | seeds "
+             "(have / need) | verdict |", "|---|---|---|---|---|---|"]
+    for r in table:
+        need, need_eq = r["seeds_needed"], r["seeds_needed_equivalence"]
+        need_text = _count(need)
+        if not math.isnan(need_eq):
+            need_text += f" or {_count(need_eq)} for equivalence"
+        if math.isfinite(r["extra_job_min"]) and r["extra_job_min"] > 0:
+            need_text += f" (+{r['extra_job_min']:.1f} job-min)"
+        verdict_text = r["verdict"]
+        if r["basis"] == "equivalence":
+            verdict_text += (" (equivalence: the 90 % interval lies within +-delta)"
+                             if r["verdict"] == SUPPORTED else
+                             " (the 90 % interval lies within +-delta)")
+        if r["verdict"] == UNRESOLVED and not r["seeds_to_settle"] <= r["seeds"]:
+            verdict_text += ("; more seeds do not fit the budget" if r["beyond_budget"]
+                             else "; more seeds fit the budget")
+        effect = (f"{_num(r['effect'], digits)} [{_num(r['ci95_lo'], digits)}, "
+                  f"{_num(r['ci95_hi'], digits)}]; +-{_num(r['delta'], digits)}")
+        expect = "> 0" if r["expect"] == "positive" else "< 0"
+        comparison = r["comparison"] + (f" (no runs: {r['missing_arms']})"
+                                        if r["missing_arms"] else "")
+        lines.append(f"| {r['claim']} | {r['statement']} ({r['source']}) | {comparison}; "
+                     f"claim: {expect} | {effect} | {r['seeds']} / {need_text} | "
+                     f"{verdict_text} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plain(text: str) -> str:
+    """`text` with the characters that mark up Markdown or reStructuredText escaped."""
+    return re.sub(r"([\\`*_|])", r"\\\1", text)
+
+
+def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
+    """One plain sentence per claim of the claims table (what its source said, and the
+    verdict on each clock it was tested on), as a list that reads the same in Markdown and
+    reStructuredText: the report's front page opens with it. The effects and intervals are
+    the table's."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for r in table:
+        verdict_text = r["verdict"]
+        if r["verdict"] == EQUIVALENT:
+            verdict_text += " (no effect that matters)"
+        elif r["basis"] == "equivalence":
+            verdict_text += " by equivalence"
+        on = "this machine's clock" if r["clock"] == WALL_CLOCK else f"the emulated {r['clock']}"
+        found.setdefault((r["claim"], r["statement"], r["source"]), []).append(
+            f"**{_plain(verdict_text)}** on {_plain(on)}")
+    return "".join(f"- **{claim}** {_plain(statement)} ({_plain(source)}): "
+                   f"{'; '.join(verdicts)}.\n"
+                   for (claim, statement, source), verdicts in found.items())
