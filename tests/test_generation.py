@@ -34,7 +34,7 @@ class Script:
 
 def sampler(charged: list[Work], draws: list[tuple[int, bool]], cap: int = 8) -> LengthSampler:
     """Prompts of 2 tokens each; row i stops after draws[i] tokens (or runs to the cap)."""
-    return LengthSampler(charged.append, [2] * len(draws), draws, cap)
+    return LengthSampler(charged.append, [[0, 0]] * len(draws), draws, cap)
 
 
 def test_without_a_look_the_batch_runs_to_its_end():

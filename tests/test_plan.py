@@ -18,10 +18,12 @@ from rlcore.errors import ConfigError
 from rlcore.plan.controller import update_tokens
 from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
 from rlcore.plan.planner import plan, workload
-from rlcore.plan.sampler import LengthSampler
+from rlcore.plan.sampler import LengthPolicy, LengthSampler
+from rlcore.policy.sampler import Draws
 from rlcore.record.schedule import ScheduleLog
 from rlcore.record.timing import run_timing, stale_drop_rate, total_variation
 from rlcore.runners import run_mode
+from rlcore.tasks.suites import Task
 from tests.test_virtual_clock import RUN_PROFILE, virtual_config
 
 
@@ -115,7 +117,7 @@ class TestLengthSampler:
         charged: list[Work] = []
         # prompts of 3 and 5 tokens (left-padded to 5); row 0 stops after 1 token, row 1
         # runs to the cap of 3
-        s = LengthSampler(charged.append, [3, 5], [(1, True), (3, False)], 3)
+        s = LengthSampler(charged.append, [[0] * 3, [0] * 5], [(1, True), (3, False)], 3)
         assert charged == [Prefill(calls=1, tokens=10)]
         # step 1: both rows sample; forward over 2 rows x (5 + 1) positions. Step 2: row 1
         # only; forward over 2 rows x 7 positions
@@ -129,6 +131,33 @@ class TestLengthSampler:
         assert s.step(2) == 0  # done: nothing more is charged
         s.reprefill(1)
         assert charged[-1] == Prefill(calls=1, tokens=2 * (5 + 3))
+
+    @pytest.mark.parametrize("interrupt,want", [
+        # continue: the re-prefill recomputes the logits, so the very next token is new
+        ("continue", [3, 3, 5, 5, 5]),
+        # keep_kv: the next token still comes from the old weights' logits
+        ("keep_kv", [3, 3, 3, 5, 5]),
+    ])
+    def test_each_token_keeps_the_version_that_computed_it(self, interrupt: str,
+                                                           want: list[int]):
+        s = LengthSampler(lambda w: None, [[0]], [(5, True)], 8, version=3)
+        s.step(2)
+        (s.reprefill if interrupt == "continue" else s.keep_cache)(5)
+        s.step(4)
+        [g] = s.gens
+        assert (g.versions, g.finished, len(g.response_ids)) == (want, True, 5)
+
+    def test_the_stand_in_policy_draws_each_prompt_from_its_task(self):
+        tasks = [Task("a", "2+2", "4"), Task("b", "3+3", "6")]
+        lengths = Lengths("test", ((1, True), (6, False)), (1.0, 1.0),
+                          by_task={"a": ((1, True),), "b": ((6, False),)})
+        policy = LengthPolicy(lambda w: None, tasks, {"2+2": 3, "3+3": 2}, lengths)
+        ids = [policy.encode_prompt("3+3"), policy.encode_prompt("2+2")]
+        assert [len(i) for i in ids] == [2, 3]
+        s = policy.sampler(ids, max_new_tokens=6, temperature=1.0,
+                           draws=Draws(0, [(0, 0), (1, 0)]))
+        s.step(6)
+        assert [(len(g.response_ids), g.finished) for g in s.gens] == [(6, False), (1, True)]
 
     def test_update_tokens_split_like_the_policy(self):
         # 5 rows in 2 minibatches: rows 0-1 and 2-4, each padded to its own longest row

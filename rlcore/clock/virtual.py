@@ -57,6 +57,7 @@ class _Role:
     waiting: object | None = None  # the queue or flag it is blocked on
     left: bool = False  # its function has returned
     pool: _Pool | None = None  # the processors it is computing on now, when shared
+    charged: float = 0.0  # seconds of work it has been charged, at full speed
 
 
 def shared_speed(n: int, processors: int | None, slowdown: float) -> float:
@@ -124,6 +125,7 @@ class VirtualClock:
         if self.closed or seconds <= 0:
             return
         me, start = self._me(), self._now
+        me.charged += seconds
         pool = self._pool(work)
         if pool is not None:
             with self._lock:
@@ -194,6 +196,10 @@ class VirtualClock:
         thread = threading.Thread(target=body, name=name, daemon=True)
         thread.start()
         return thread
+
+    def charged_by_role(self) -> dict[str, float]:
+        """Seconds of work each role has been charged, at full speed: its busy time."""
+        return {r.name: r.charged for r in self._roles}
 
     def ended(self) -> list[str]:
         """The roles whose function has returned."""

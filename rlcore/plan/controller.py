@@ -1,19 +1,28 @@
-"""The planner's controller: the live controller's transport and records around the same
+"""The planner's controller: the live controller's message handling around the same
 scheduling core (`rlcore/runners/asynchronous/scheduling.py`), counting instead of recording.
 
 Every decision (acceptance, resubmission, batch formation, the trainer, admission, waits) is
-the core's; what is left here is the planner's messages and its tally.
+the core's, and the messages are the live roles' (`messages.py`); what is left here is the
+tally, and a batch for the trainer described by its size instead of its tensors.
 """
 
 from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
+from typing import Any
 
-from rlcore.algo.staleness import staleness
+from rlcore.algo.staleness import rollout_version, staleness
 from rlcore.clock.work import Handle, Reward
-from rlcore.plan.messages import PlanBatch, PlanCut, PlanSample, PlanTrain, PlanVerdict
-from rlcore.plan.roles import POLL_S, Plan
+from rlcore.plan.roles import Plan, PlanTrain
+from rlcore.runners.asynchronous.messages import (
+    InterruptedMsg,
+    RolloutBatch,
+    SampleMsg,
+    Stopped,
+    UpdateDone,
+)
+from rlcore.runners.asynchronous.runtime import POLL_S
 from rlcore.runners.asynchronous.scheduling import Accepted, SchedulingCore
 
 
@@ -22,9 +31,10 @@ class PlanController:
 
     def __init__(self, p: Plan):
         self.p, self.cfg, self.clock = p, p.cfg, p.clock
-        self.core: SchedulingCore[PlanSample] = SchedulingCore(
+        self.core: SchedulingCore[SampleMsg] = SchedulingCore(
             p.cfg, p.tasks, p.prompt_q, p.cfg.runtime.trainer_workers, p.clock, self)
         self.t_done: float | None = None
+        self.stopped: set[str] = set()
 
     @property
     def waits(self) -> dict[str, float]:
@@ -32,6 +42,7 @@ class PlanController:
 
     def drive(self) -> float:
         """runtime.py's `drive`: feed the controller until the last update has committed."""
+        self.p.launch()
         self.p.start.set()
         while self.t_done is None:
             try:
@@ -58,35 +69,42 @@ class PlanController:
         self._drain({"param_service"})
 
     def _drain(self, roles: set[str]) -> None:
-        while not roles <= set(self.clock.ended()):
+        while not roles <= self.stopped:
             try:
                 self.on_message(self.p.inbox.get(timeout=POLL_S))
             except queue.Empty:
                 continue
 
-    def on_message(self, msg: PlanBatch | PlanVerdict) -> None:
-        p = self.p
-        if isinstance(msg, PlanBatch):
+    def on_message(self, msg: Any) -> None:
+        """controller.py's `on_message`, priced as there: a rollout batch's samples scored
+        and handled, a verdict or a worker's last word handled."""
+        clock, samples = self.clock, 0
+        if isinstance(msg, RolloutBatch):
             for sample in msg.samples:
-                p.charge("controller", Reward(kind=self.cfg.reward.verifier))
+                clock.charge(Reward(kind=self.cfg.reward.verifier))
                 self.on_sample(sample)
-            for cut in msg.cuts:
+            for cut in msg.interrupted:
                 self.on_cut(cut)
-            p.charge("controller", Handle(samples=len(msg.samples) + len(msg.cuts)))
-        else:
+            samples = len(msg.samples) + len(msg.interrupted)
+        elif isinstance(msg, UpdateDone):
             self.on_update(msg)
-            p.charge("controller", Handle(samples=0))
+        elif isinstance(msg, Stopped):
+            self.stopped.add(msg.worker)
+            self.p.tally.tokens_sampled += msg.tokens_sampled
+            self.p.tally.tokens_reprefilled += msg.tokens_reprefilled
+        clock.charge(Handle(samples=samples))
 
-    def on_sample(self, sample: PlanSample) -> None:
-        self.core.arrive(sample.slot.group_id, sample, sample.version)
+    def on_sample(self, sample: SampleMsg) -> None:
+        self.core.arrive(sample.slot.group_id, sample,
+                         rollout_version(sample.versions, self.core.applied))
 
-    def on_cut(self, cut: PlanCut) -> None:
+    def on_cut(self, cut: InterruptedMsg) -> None:
         if self.core.cut(cut.slot):
             self.p.tally.resubmissions += 1
         else:
             self.p.tally.dropped_interrupted += 1
 
-    def on_update(self, msg: PlanVerdict) -> None:
+    def on_update(self, msg: UpdateDone) -> None:
         batch = self.core.committed(msg.batch_id, msg.trainer, msg.applied)
         tally = self.p.tally
         if not msg.applied:
@@ -95,17 +113,17 @@ class PlanController:
                                for i in batch.items]
             return
         tally.accepted += [staleness(msg.base_version, i.rollout_version) for i in batch.items]
-        tally.tokens_trained += sum(i.payload.tokens for i in batch.items)
+        tally.tokens_trained += sum(len(i.payload.response_ids) for i in batch.items)
         if self.core.done and self.t_done is None:
-            self.t_done = msg.t
+            self.t_done = msg.t_commit
 
     # --- the core's callbacks -----------------------------------------------------------
-    def dropped_stale(self, payload: PlanSample, version: int) -> None:
+    def dropped_stale(self, payload: SampleMsg, version: int) -> None:
         self.p.tally.dropped_stale += 1
 
     def send(self, trainer: int, batch_id: int, base_version: int,
-             items: list[Accepted[PlanSample]]) -> None:
-        lengths = [i.payload.prompt_tokens + i.payload.tokens for i in items]
+             items: list[Accepted[SampleMsg]]) -> None:
+        lengths = [len(i.payload.prompt_ids) + len(i.payload.response_ids) for i in items]
         self.p.trainer_qs[trainer].put(PlanTrain(
             batch_id, min(i.rollout_version for i in items),
             update_tokens(lengths, self.cfg.train.minibatches),

@@ -1,10 +1,11 @@
 """`rlcore plan`: what a run of a config would do on a hardware profile, without a model.
 
-The planner runs the asynchronous roles' twins (`roles.py`) on the virtual clock, priced by
-the profile, with response lengths drawn from `lengths.py`; sync's time is the sum of the
-same prices in sync's order (`rlcore/runners/sync.py`). It reports the figures of
-`rlcore/record/timing.py`, plus the speed-up over sync and each role's idle time: enough to
-ask "would async help on this hardware, and at which K?" before a GPU hour is spent.
+The planner runs the asynchronous run's live roles with the model taken out (`roles.py`) on
+the virtual clock, priced by the profile, with response lengths drawn from `lengths.py`;
+sync's time is the sum of the same prices in sync's order (`rlcore/runners/sync.py`). It
+reports the figures of `rlcore/record/timing.py`, plus the speed-up over sync and each role's
+idle time: enough to ask "would async help on this hardware, and at which K?" before a GPU
+hour is spent.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 from rlcore.clock.profile import HardwareProfile, load_profile
@@ -22,9 +22,10 @@ from rlcore.config import RunConfig
 from rlcore.errors import ConfigError
 from rlcore.plan.controller import PlanController, update_tokens
 from rlcore.plan.lengths import Lengths, geometric
-from rlcore.plan.roles import Plan, param_service_role, rollout_role, trainer_role
-from rlcore.plan.sampler import LengthSampler
+from rlcore.plan.roles import Plan
+from rlcore.plan.sampler import LengthPolicy
 from rlcore.policy.generation import generate
+from rlcore.policy.sampler import Draws
 from rlcore.record.timing import stale_drop_rate, wasted_token_share
 from rlcore.tasks.prompts import PromptStream
 from rlcore.tasks.suites import Task
@@ -78,15 +79,16 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         total["s"] += profile.seconds(w)
 
     ro, b = cfg.rollout, cfg.train.update_batch_size
+    policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths)
     stream = PromptStream(work.tasks, cfg.seed)
     sampled = trained = 0
     for version in range(cfg.train.updates):
         prompts = [p for p in stream.take(b // ro.group_size) for _ in range(ro.group_size)]
         slots = range(version * len(prompts), (version + 1) * len(prompts))
-        sampler = LengthSampler(charge, [work.prompt_tokens[p.task.prompt] for p in prompts],
-                                [work.lengths.draw(cfg.seed, s, 0, p.task.task_id)
-                                 for s, p in zip(slots, prompts, strict=True)],
-                                ro.max_new_tokens)
+        sampler = policy.sampler([policy.encode_prompt(p.task.prompt, p.task.system)
+                                  for p in prompts],
+                                 max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
+                                 draws=Draws(cfg.seed, [(s, 0) for s in slots]))
         sampled += generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled
         for _ in prompts:
             charge(Reward(kind=cfg.reward.verifier))
@@ -106,15 +108,9 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
 def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[str, Any]:
     """An asynchronous run of `cfg` (areal or async mode) on the virtual clock."""
     clock = VirtualClock(profile, shared_interpreter=cfg.mode == "async")
-    p = Plan(cfg, clock, profile, work.tasks, work.prompt_tokens, work.lengths,
+    p = Plan(cfg, clock, work.tasks, work.prompt_tokens, work.lengths,
              weight_bytes(profile, work))
     controller = PlanController(p)
-    # the live runtime's launch order, which the clock's tie-break follows
-    clock.start("param_service", partial(param_service_role, p))
-    for i in range(cfg.runtime.rollout_workers):
-        clock.start(f"rollout{i}", partial(rollout_role, p, i))
-    for i in range(cfg.runtime.trainer_workers):
-        clock.start(f"trainer{i}", partial(trainer_role, p, i))
     try:
         wall = controller.drive()
         controller.stop()
@@ -123,7 +119,7 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
     t = p.tally
     accepted = t.accepted + controller.unsettled()
     samples = len(accepted) + t.dropped_stale + t.dropped_interrupted
-    roles = sorted(t.busy_s)
+    busy = clock.charged_by_role()
     return {
         "wall_s": wall,
         "updates_per_s": cfg.train.updates / wall if wall else 0.0,
@@ -139,7 +135,7 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
         "tokens_generated": t.tokens_sampled,
         "tokens_trained": t.tokens_trained,
         "tokens_reprefilled": t.tokens_reprefilled,
-        "idle_s": {r: max(0.0, wall - t.busy_s[r]) for r in roles if r != "controller"},
+        "idle_s": {r: max(0.0, wall - busy[r]) for r in sorted(busy) if r != "controller"},
         "charged_s": {k: clock.charged[k] for k in sorted(clock.charged)},
         "waits": controller.waits,
     }

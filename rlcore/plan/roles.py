@@ -1,190 +1,200 @@
 """The planner's roles: the asynchronous run's roles with the model taken out.
 
-The rollout runs the live generation loop (`rlcore/policy/generation.py`) on a sampler that
-draws lengths (`sampler.py`, `lengths.py`) and takes prompts through rollout.py's
-`PromptFeed`; the trainer is the live `TrainerLoop` (trainer.py) with an update priced by
-its token count; the controller's decisions are the live `scheduling.py`'s (`controller.py`).
-All run on the same virtual clock (`rlcore/clock/virtual.py`). What is left here is what
-the live roles do with a model and weights: prices instead of computations, a version number
-instead of weight slots, and the planner's messages. Nothing is written but the counts a
-plan reports (`planner.py`). `tests/test_plan.py` checks that a plan makes a virtual run's
-decisions, given its lengths.
+A plan runs the live roles on the virtual clock (`rlcore/clock/virtual.py`), over the same
+contexts and messages:
+  rollout           rollout.py's `generate_until_stopped`, on `LengthPolicy` (sampler.py),
+                    which draws response lengths instead of sampling tokens;
+  parameter service param_service.py's `serve_commits`, on `Versions`: the weight store
+                    with the version and no weights;
+  trainer           trainer.py's `TrainerLoop`, whose update is its price (`PlanTrainer`);
+  controller        the live scheduling core (`scheduling.py`), counting instead of
+                    recording (`controller.py`).
+Nothing is written but the counts a plan reports (`planner.py`). `tests/test_plan.py` checks
+that a plan makes a virtual run's decisions, given its lengths.
 """
 
 from __future__ import annotations
 
-import queue
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
-from rlcore.clock.profile import HardwareProfile
+import torch
+
 from rlcore.clock.virtual import VirtualClock, VirtualFlag, VirtualQueue
-from rlcore.clock.work import Commit, Prefill, Update, Weights, Work
+from rlcore.clock.work import Prefill, Update, Weights
 from rlcore.config import RunConfig
 from rlcore.plan.lengths import Lengths
-from rlcore.plan.messages import (
-    PlanBatch,
-    PlanCommit,
-    PlanCut,
-    PlanSample,
-    PlanTrain,
-    PlanVerdict,
-    Tally,
+from rlcore.plan.sampler import LengthPolicy
+from rlcore.runners.asynchronous.contexts import (
+    ParamServiceContext,
+    RolloutContext,
+    TrainerContext,
 )
-from rlcore.plan.sampler import LengthSampler
-from rlcore.policy.generation import generate
-from rlcore.runners.asynchronous.rollout import PromptFeed
-from rlcore.runners.asynchronous.trainer import TrainerLoop
+from rlcore.runners.asynchronous.interfaces import Queue
+from rlcore.runners.asynchronous.messages import CommitAck, CommitRequest, Stopped, UpdateDone
+from rlcore.runners.asynchronous.param_service import serve_commits
+from rlcore.runners.asynchronous.rollout import generate_until_stopped
+from rlcore.runners.asynchronous.trainer import TrainerLoop, receive_ack
 from rlcore.tasks.suites import Task
 
-POLL_S = 0.05  # the runtime's receive timeout (runtime.py) and the prompt feed's
+CPU = torch.device("cpu")
+
+
+class Versions:
+    """The weight store (`interfaces.WeightStore`) without weights: which slot is current, at
+    which version, and what a copy of the weights would weigh."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+        self._head = (0, 0)  # slot 0 published at version 0, as the live service starts
+
+    def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        return []
+
+    def head(self) -> tuple[int, int]:
+        return self._head
+
+    def version(self) -> int:
+        return self._head[1]
+
+    def publish(self, slot: int, version: int) -> None:
+        self._head = (slot, version)
+
+    def write(self, slot: int, tensors: list[torch.Tensor]) -> None:
+        """Nothing to copy."""
+
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        return self._head[1]
+
+
+@dataclass
+class PlanTrain:
+    """A batch for one update, as the planner's trainer needs it (controller -> trainer)."""
+
+    batch_id: int
+    oldest: int  # the oldest version of any sample in the batch
+    tokens: int  # rows x padded width, summed over minibatches (`work.py::Update`)
+    prefill_tokens: int  # the decoupled objective's proximal recompute (0: none)
+
+
+@dataclass
+class Tally:
+    """What a plan counts: the numbers of summary.json that timing decides."""
+
+    accepted: list[int] = field(default_factory=list)  # staleness of each accepted sample
+    dropped_stale: int = 0
+    dropped_interrupted: int = 0
+    resubmissions: int = 0
+    skipped_commits: int = 0
+    tokens_sampled: int = 0
+    tokens_trained: int = 0
+    tokens_reprefilled: int = 0
 
 
 class Plan:
-    """One planned run: the clock, the channels between the roles, and the tally."""
+    """One planned run: the clock, the roles' contexts over the channels they share, and the
+    tally."""
 
-    def __init__(self, cfg: RunConfig, clock: VirtualClock, profile: HardwareProfile,
-                 tasks: list[Task], prompt_tokens: dict[str, int], lengths: Lengths,
-                 weight_bytes: int):
-        self.cfg, self.clock, self.profile, self.tasks = cfg, clock, profile, tasks
-        self.prompt_tokens, self.lengths, self.weight_bytes = prompt_tokens, lengths, weight_bytes
-        self.task_ids = {t.prompt: t.task_id for t in tasks}  # what a slot's draw is keyed by
+    def __init__(self, cfg: RunConfig, clock: VirtualClock, tasks: list[Task],
+                 prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int):
+        self.cfg, self.clock, self.tasks = cfg, clock, tasks
+        self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths)
         self.inbox, self.prompt_q, self.commit_q = (VirtualQueue(clock) for _ in range(3))
-        n = cfg.runtime.trainer_workers
-        self.trainer_qs = [VirtualQueue(clock) for _ in range(n)]
-        self.ack_qs = [VirtualQueue(clock) for _ in range(n)]
+        n_rollout, n_trainer = cfg.runtime.rollout_workers, cfg.runtime.trainer_workers
+        self.trainer_qs: list[Queue] = [VirtualQueue(clock) for _ in range(n_trainer)]
+        self.ack_qs: list[Queue] = [VirtualQueue(clock) for _ in range(n_trainer)]
         self.start, self.stop = VirtualFlag(clock), VirtualFlag(clock)
-        self.version = 0  # the published policy version (the parameter service's clock)
+        self.slots = Versions(weight_bytes)
+        self.counters = [0] * (2 * n_rollout)
         self.tally = Tally()
 
-    def charge(self, role: str, work: Work) -> None:
-        """Price `work` for `role` on the clock, and count it as that role's busy time."""
-        self.tally.busy_s[role] = self.tally.busy_s.get(role, 0.0) + self.profile.seconds(work)
-        self.clock.charge(work)
+        def common(name: str, index: int) -> dict[str, Any]:
+            return dict(cfg=cfg, name=name, index=index, inbox=self.inbox, start=self.start,
+                        slots=self.slots, clock=clock)
 
-    def reload(self, role: str) -> int:
-        self.charge(role, Weights("read", self.weight_bytes))
-        return self.version
+        self.service = ParamServiceContext(**common("param_service", 0),
+                                           commit_q=self.commit_q, ack_qs=self.ack_qs)
+        self.rollouts = [RolloutContext(**common(f"rollout{i}", i),
+                                        device=CPU, prompt_q=self.prompt_q,
+                                        counters=self.counters, stop=self.stop)
+                         for i in range(n_rollout)]
+        self.trainers = [TrainerContext(**common(f"trainer{i}", i),
+                                        device=CPU, trainer_q=self.trainer_qs[i],
+                                        commit_q=self.commit_q, ack_q=self.ack_qs[i],
+                                        stop=self.stop)
+                         for i in range(n_trainer)]
 
-
-class PlanLook:
-    """rollout.py's `Look` without the records: the run's stop, and newer weights."""
-
-    def __init__(self, p: Plan, role: str):
-        self.p, self.role, self.version = p, role, p.version
-
-    def cut(self, running: list[int]) -> tuple[str, list[int]] | None:
-        return ("stop", running) if self.p.stop.is_set() else None
-
-    def swap(self) -> int | None:
-        if self.p.version <= self.version:
-            return None
-        self.version = self.p.reload(self.role)
-        return self.version
-
-
-def rollout_role(p: Plan, index: int) -> None:
-    """rollout.py's loop: take prompts, run the generation loop, emit what it made."""
-    cfg, ro = p.cfg, p.cfg.rollout
-    role = f"rollout{index}"
-    feed = PromptFeed(p.prompt_q, cfg.train.update_batch_size)
-
-    look = PlanLook(p, role)
-    p.start.wait()
-    while not p.stop.is_set():
-        batch = feed.take()
-        if not batch:
-            continue
-        if p.version > look.version:
-            look.version = p.reload(role)
-        start_version = look.version
-        sampler = LengthSampler(lambda work: p.charge(role, work),
-                                [p.prompt_tokens[s.prompt] for s in batch],
-                                [p.lengths.draw(cfg.seed, s.slot_id, s.attempt,
-                                                p.task_ids.get(s.prompt)) for s in batch],
-                                ro.max_new_tokens)
-        gen = generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt, look)
-        p.tally.tokens_sampled += gen.sampled
-        p.tally.tokens_reprefilled += gen.reprefilled
-        out = PlanBatch()
-        if gen.cut_reason == "interrupt":
-            out.cuts = [PlanCut(batch[i], n) for i, n in gen.cut.items()]
-        out.samples = [PlanSample(batch[i], p.prompt_tokens[batch[i].prompt],
-                                  sampler.length(i), sampler.finished(i), start_version)
-                       for i in gen.kept(sampler.rows)]
-        p.inbox.put(out)
+    def launch(self) -> None:
+        """Start the roles in the live runtime's launch order, which the clock's tie-break
+        follows."""
+        clock = self.clock
+        clock.start("param_service", partial(serve_commits, self.service))
+        for ctx in self.rollouts:
+            clock.start(ctx.name, partial(generate_until_stopped, ctx, self.policy, [], 0))
+        for t in self.trainers:
+            clock.start(t.name, partial(trainer_role, t))
 
 
-class PlanTrainer(TrainerLoop[PlanTrain, PlanVerdict]):
-    """trainer.py's decisions (`TrainerLoop`) with the model taken out: an update is its
-    price, a candidate a version number."""
+class PlanTrainer(TrainerLoop[PlanTrain, CommitAck]):
+    """trainer.py's `Trainer` with the model taken out: an update is its price, a candidate
+    a version number."""
 
-    def __init__(self, p: Plan, index: int):
-        super().__init__(p.cfg.staleness.staleness_k, p.version)
-        self.p, self.index, self.role = p, index, f"trainer{index}"
+    def __init__(self, ctx: TrainerContext):
+        super().__init__(ctx.cfg.staleness.staleness_k, ctx.slots.version())
+        self.ctx, self.clock = ctx, ctx.clock
+        self.slot = ctx.index + 1  # as the live trainer: slot 0 starts as current
 
     def next_request(self) -> PlanTrain | None:
-        return self.p.trainer_qs[self.index].get()
+        req: PlanTrain | None = self.ctx.trainer_q.get()
+        return req
 
     def idle(self) -> bool:
-        return self.p.trainer_qs[self.index].empty()
+        return self.ctx.trainer_q.empty()
 
     def published(self) -> int:
-        return self.p.version
+        return self.ctx.slots.version()
 
     def load(self) -> None:
-        self.version = self.p.reload(self.role)
+        self.version = self.ctx.slots.read_into([])
+        self.clock.charge(Weights("read", self.ctx.slots.nbytes))
 
     def oldest(self, req: PlanTrain) -> int:
         return req.oldest
 
     def started(self) -> float:
-        return 0.0  # a plan reports no spans
+        return self.clock.now()
 
     def update(self, req: PlanTrain) -> dict[str, float]:
         if req.prefill_tokens:
-            self.p.charge(self.role, Prefill(calls=1, tokens=req.prefill_tokens))
-        self.p.charge(self.role, Update(tokens=req.tokens))
+            self.clock.charge(Prefill(calls=1, tokens=req.prefill_tokens))
+        self.clock.charge(Update(tokens=req.tokens))
         return {}
 
     def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float) -> None:
-        self.p.charge(self.role, Weights("write", self.p.weight_bytes))
-        self.p.commit_q.put(PlanCommit(self.index, req.batch_id, self.version))
+        self.clock.charge(Weights("write", self.ctx.slots.nbytes))
+        self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
+                                            self.version, True, stats, t_start,
+                                            self.clock.now()))
 
     def refuse(self, req: PlanTrain, reason: str, stats: dict[str, float],
                t_start: float) -> None:
-        self.p.inbox.put(PlanVerdict(self.index, req.batch_id, False, self.version,
-                                     self.p.clock.now()))
+        ctx = self.ctx
+        ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
+                                 self.version, reason, stats, self.clock.now(), t_start))
 
-    def wait_ack(self) -> PlanVerdict:
-        while True:  # trainer.py's _wait_ack looks every 0.1 s (for a stop it never sees here)
-            try:
-                ack: PlanVerdict = self.p.ack_qs[self.index].get(timeout=0.1)
-                return ack
-            except queue.Empty:
-                continue
+    def wait_ack(self) -> CommitAck | None:
+        return receive_ack(self.ctx)
 
-    def applied(self, ack: PlanVerdict) -> bool:
+    def applied(self, ack: CommitAck) -> bool:
+        self.slot = ack.next_slot
         return ack.applied
 
 
-def trainer_role(p: Plan, index: int) -> None:
+def trainer_role(ctx: TrainerContext) -> None:
     """trainer.py's `trainer_main` after loading: train until a None request."""
-    trainer = PlanTrainer(p, index)
-    p.start.wait()
+    trainer = PlanTrainer(ctx)
+    ctx.start.wait()
     trainer.run()
-
-
-def param_service_role(p: Plan) -> None:
-    """param_service.py: apply a candidate computed from the current version, else skip."""
-    p.start.wait()
-    while True:
-        req: PlanCommit | None = p.commit_q.get()
-        if req is None:
-            return
-        p.charge("param_service", Commit())
-        applied = req.base_version == p.version
-        if applied:
-            p.version += 1
-        verdict = PlanVerdict(req.trainer, req.batch_id, applied, req.base_version,
-                              p.clock.now())
-        p.ack_qs[req.trainer].put(verdict)
-        p.inbox.put(verdict)
+    ctx.inbox.put(Stopped(ctx.name))

@@ -1,7 +1,8 @@
 """What each asynchronous role is handed: its config, its name, and only its channels.
 
-A context is built by `runtime.Runtime` and crosses to a worker process by pickling, so every
-field is a config, a plain value, a vehicle's channel or the shared weight slots.
+A context is built by `runtime.Runtime` (or by the planner, `rlcore/plan/roles.py`) and
+crosses to a worker process by pickling, so every field is a config, a plain value, a
+vehicle's channel or the shared weight slots.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import torch
 
 from rlcore.clock import Clock
 from rlcore.config import RunConfig
-from rlcore.runners.asynchronous.interfaces import Counters, Flag, Queue
-from rlcore.runners.asynchronous.weight_slots import WeightSlots
+from rlcore.runners.asynchronous.interfaces import Counters, Flag, Queue, WeightStore
 
 
 @dataclass(kw_only=True)
@@ -28,7 +28,7 @@ class WorkerContext:
     index: int  # among the workers of its role
     inbox: Queue  # to the controller
     start: Flag  # set when every worker is ready: the measured clock starts
-    slots: WeightSlots
+    slots: WeightStore  # `WeightSlots`; the planner's has no weights
     clock: Clock  # what the role reads time from and reports its work to
     cpus: tuple[int, ...] | None = None  # cores this role is pinned to (None: not pinned)
     own_process: bool = False  # a process of its own, whose CPU time the main one does not see

@@ -9,11 +9,14 @@ virtual clock runs one at a time (`vehicles.Virtual`: `rlcore/clock/virtual.py`)
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rlcore.clock import Clock
 from rlcore.config import RunConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Queue(Protocol):
@@ -54,6 +57,32 @@ class LockedArray(Counters, Protocol):
     """Shared integers behind one lock (the weight slots' head and sequence counters)."""
 
     def get_lock(self) -> Any: ...
+
+
+class WeightStore(Protocol):
+    """The policy's weights as the roles see them: `weight_slots.WeightSlots`, or the
+    planner's store that keeps the version and no weights (`rlcore/plan/roles.py`)."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one copy of the weights: what a write or a read moves."""
+        ...
+
+    def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]: ...
+
+    def head(self) -> tuple[int, int]:
+        """(current slot, policy version), read together."""
+        ...
+
+    def version(self) -> int: ...
+
+    def publish(self, slot: int, version: int) -> None: ...
+
+    def write(self, slot: int, tensors: list[torch.Tensor]) -> None: ...
+
+    def read_into(self, tensors: list[torch.Tensor]) -> int:
+        """Copy the current weights into `tensors`; returns their version."""
+        ...
 
 
 class Channels(Protocol):

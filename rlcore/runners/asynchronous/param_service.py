@@ -3,9 +3,10 @@
 Weights live in `WeightSlots` (`weight_slots.py`): one current slot, and a staging slot per
 trainer into which it writes its candidate state. A commit is decided here alone: if the
 candidate was computed from the current version and is finite, the service publishes the
-staging slot as current and bumps the version in one locked step (the paper's Listing 2,
-without a copy: the old current slot becomes the trainer's next staging slot). Otherwise the
-commit is recorded as skipped and the version does not move.
+staging slot as current at the next version (the paper's Listing 2, without a copy: the old
+current slot becomes the trainer's next staging slot). Otherwise the commit is recorded as
+skipped and the version does not move. The planner runs the same service on a store without
+weights (`rlcore/plan/roles.py::Versions`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from rlcore.clock import Clock
 from rlcore.clock.work import Commit
 from rlcore.runners.asynchronous.contexts import ParamServiceContext
+from rlcore.runners.asynchronous.interfaces import WeightStore
 from rlcore.runners.asynchronous.messages import (
     CommitAck,
     CommitRequest,
@@ -20,24 +22,25 @@ from rlcore.runners.asynchronous.messages import (
     Stopped,
     UpdateDone,
 )
-from rlcore.runners.asynchronous.weight_slots import WeightSlots
 
 
 class ParamService:
-    """Decides commits; the only caller of `WeightSlots.publish`."""
+    """Decides commits; the only caller of `publish` after the initial weights. Being the one
+    writer, it can read the head and then publish without a race."""
 
-    def __init__(self, slots: WeightSlots, clock: Clock):
+    def __init__(self, slots: WeightStore, clock: Clock):
         self.slots, self.clock = slots, clock
 
     def commit(self, req: CommitRequest) -> CommitAck:
         self.clock.charge(Commit())
-        if req.finite:
-            applied, version, previous = self.slots.publish_next(req.slot, req.base_version)
-            if applied:  # the old current slot becomes the trainer's next staging slot
-                return CommitAck(True, version, next_slot=previous, t=self.clock.now())
+        current, version = self.slots.head()
+        if not req.finite:
+            reason = "non-finite loss or gradient"
+        elif req.base_version != version:
             reason = f"stale base (candidate from v{req.base_version}, current v{version})"
-        else:
-            version, reason = self.slots.version(), "non-finite loss or gradient"
+        else:  # the old current slot becomes the trainer's next staging slot
+            self.slots.publish(req.slot, version + 1)
+            return CommitAck(True, version + 1, next_slot=current, t=self.clock.now())
         return CommitAck(False, version, next_slot=req.slot, t=self.clock.now(), reason=reason)
 
 
@@ -67,6 +70,13 @@ def param_service_main(ctx: ParamServiceContext) -> None:
     ctx.slots.publish(0, 0)
     del model
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), "cpu", clock.now() - t_load))
+    serve_commits(ctx)
+
+
+def serve_commits(ctx: ParamServiceContext) -> None:
+    """After the ready barrier: decide each commit request, answer its trainer and the
+    controller, until a None request."""
+    clock = ctx.clock
     service = ParamService(ctx.slots, clock)
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()

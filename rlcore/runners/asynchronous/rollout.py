@@ -7,20 +7,26 @@ cut and handed back to the controller (resubmit), re-prefilled (continue), or de
 the old cache (keep_kv). Every token keeps the version of the weights that computed its
 logits. Generations that already ended are emitted as they are. Each batch's message
 carries its schedule record: rows, versions, swaps and cuts (`rlcore/record/schedule.py`).
+
+The loop after loading (`generate_until_stopped`) takes the policy as an argument: the
+planner runs it on a policy that draws response lengths instead of tokens
+(`rlcore/plan/sampler.py::LengthPolicy`).
 """
 
 from __future__ import annotations
 
 import queue
 from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
 from rlcore.clock.work import Weights
 from rlcore.policy.device import peak_gpu_bytes
-from rlcore.policy.generation import generate
+from rlcore.policy.generation import Chunked, generate
 from rlcore.policy.hf_policy import HFPolicy
-from rlcore.policy.sampler import ChunkedSampler, Draws
+from rlcore.policy.sampler import Draws, Generation
 from rlcore.record.schedule import GenerationRecord
 from rlcore.runners.asynchronous.contexts import RolloutContext
 from rlcore.runners.asynchronous.interfaces import Queue
@@ -33,6 +39,27 @@ from rlcore.runners.asynchronous.messages import (
     SampleMsg,
     Stopped,
 )
+
+
+class Sampling(Chunked, Protocol):
+    """A batch being generated, with its rows' tokens so far (`ChunkedSampler`)."""
+
+    @property
+    def gens(self) -> list[Generation]: ...
+
+
+class RolloutPolicy(Protocol):
+    """What the rollout loop asks of its policy (`HFPolicy`)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]: ...
+
+    def decode_response(self, response_ids: Sequence[int]) -> str: ...
+
+    def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
+                temperature: float, draws: Draws | None, version: int = 0) -> Sampling: ...
 
 
 class PromptFeed:
@@ -65,7 +92,7 @@ class Look:
     """
 
     def __init__(self, ctx: RolloutContext, params: list[torch.Tensor],
-                 out: RolloutBatch, record: GenerationRecord, sampler: ChunkedSampler,
+                 out: RolloutBatch, record: GenerationRecord, sampler: Chunked,
                  version: int):
         self.ctx, self.params, self.out, self.record = ctx, params, out, record
         self.sampler, self.version = sampler, version
@@ -100,12 +127,20 @@ def reload(ctx: RolloutContext, params: list[torch.Tensor], out: RolloutBatch) -
 
 def rollout_main(ctx: RolloutContext) -> None:
     """Worker entry: load the policy, pass the ready barrier, generate until told to stop."""
-    cfg, ro, clock = ctx.cfg, ctx.cfg.rollout, ctx.clock
+    cfg, clock = ctx.cfg, ctx.clock
     t_load = clock.now()
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device, clock=clock)
     params = ctx.slots.ordered(dict(policy.model.named_parameters()))
     local_version = ctx.slots.read_into(params)
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), clock.now() - t_load))
+    generate_until_stopped(ctx, policy, params, local_version)
+
+
+def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
+                           params: list[torch.Tensor], local_version: int) -> None:
+    """After the ready barrier: take prompts and generate, reloading `params` when the
+    policy clock moves, until the run stops; then say what was sampled."""
+    cfg, ro, clock = ctx.cfg, ctx.cfg.rollout, ctx.clock
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
     sampled = reprefilled = kv_kept = abandoned = 0

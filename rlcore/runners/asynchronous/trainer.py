@@ -207,7 +207,7 @@ class Trainer(TrainerLoop[TrainRequest, CommitAck]):
                                  ops=self.report()))
 
     def wait_ack(self) -> CommitAck | None:
-        return _wait_ack(self.ctx)
+        return receive_ack(self.ctx)
 
     def applied(self, ack: CommitAck) -> bool:
         self.slot = ack.next_slot
@@ -227,7 +227,7 @@ def trainer_main(ctx: TrainerContext) -> None:
                           gpu_peak_bytes=peak_gpu_bytes(trainer.policy.device)))
 
 
-def _wait_ack(ctx: TrainerContext) -> CommitAck | None:
+def receive_ack(ctx: TrainerContext) -> CommitAck | None:
     """The parameter service's answer; None if the run is stopping and none came in 5 s
     (the service is gone: a failed run being torn down)."""
     waited = 0.0

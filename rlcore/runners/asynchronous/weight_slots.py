@@ -147,19 +147,6 @@ class WeightSlots:
             self._state[0] = slot
             self._state[1] = version
 
-    def publish_next(self, slot: int, base_version: int) -> tuple[bool, int, int]:
-        """If the current version is base_version, make `slot` current at base_version + 1.
-
-        Returns (published, version after, slot that was current before), in one locked step.
-        """
-        with self._lock:
-            previous, version = int(self._state[0]), int(self._state[1])
-            if version != base_version:
-                return False, version, previous
-            self._state[0] = slot
-            self._state[1] = version + 1
-            return True, version + 1, previous
-
     def _bump(self, slot: int) -> None:
         with self._lock:
             self._state[2 + slot] += 1
