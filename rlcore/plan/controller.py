@@ -8,7 +8,6 @@ tally, and a batch for the trainer described by its size instead of its tensors.
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,58 +21,24 @@ from rlcore.runners.asynchronous.messages import (
     Stopped,
     UpdateDone,
 )
-from rlcore.runners.asynchronous.runtime import POLL_S
 from rlcore.runners.asynchronous.scheduling import Accepted, SchedulingCore
 
 
 class PlanController:
-    """runtime.py's loop and controller.py's message handling on the planner's messages."""
+    """controller.py's message handling, fed by the run's life cycle (`runtime.py`)."""
 
     def __init__(self, p: Plan):
         self.p, self.cfg, self.clock = p, p.cfg, p.clock
         self.core: SchedulingCore[SampleMsg] = SchedulingCore(
             p.cfg, p.tasks, p.prompt_q, p.cfg.runtime.trainer_workers, p.clock, self)
         self.t_done: float | None = None
-        self.stopped: set[str] = set()
 
     @property
     def waits(self) -> dict[str, float]:
         return self.core.waits
 
-    def drive(self) -> float:
-        """runtime.py's `drive`: feed the controller until the last update has committed."""
-        self.p.launch()
-        self.p.start.set()
-        while self.t_done is None:
-            try:
-                msg = self.p.inbox.get(timeout=POLL_S)
-            except queue.Empty:
-                msg = None
-            if msg is not None:
-                self.on_message(msg)
-            self.core.pump()
-        return self.t_done
-
-    def stop(self) -> None:
-        """runtime.py's `stop`: stop rollout and the trainers, then the parameter service,
-        handling what they still send (the samples of the last chunks count, as in a run)."""
-        p, n_rollout = self.p, self.cfg.runtime.rollout_workers
-        p.stop.set()
-        for _ in range(n_rollout):
-            p.prompt_q.put([])
-        for q in p.trainer_qs:
-            q.put(None)
-        self._drain({f"rollout{i}" for i in range(n_rollout)}
-                    | {f"trainer{i}" for i in range(len(p.trainer_qs))})
-        p.commit_q.put(None)
-        self._drain({"param_service"})
-
-    def _drain(self, roles: set[str]) -> None:
-        while not roles <= self.stopped:
-            try:
-                self.on_message(self.p.inbox.get(timeout=POLL_S))
-            except queue.Empty:
-                continue
+    def pump(self) -> None:
+        self.core.pump()
 
     def on_message(self, msg: Any) -> None:
         """controller.py's `on_message`, priced as there: a rollout batch's samples scored
@@ -89,7 +54,6 @@ class PlanController:
         elif isinstance(msg, UpdateDone):
             self.on_update(msg)
         elif isinstance(msg, Stopped):
-            self.stopped.add(msg.worker)
             self.p.tally.tokens_sampled += msg.tokens_sampled
             self.p.tally.tokens_reprefilled += msg.tokens_reprefilled
         clock.charge(Handle(samples=samples))

@@ -112,10 +112,11 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
              weight_bytes(profile, work))
     controller = PlanController(p)
     try:
-        wall = controller.drive()
-        controller.stop()
+        p.launch()
+        wall = p.drive(controller)
+        p.stop(controller)
     finally:
-        clock.close()
+        p.shutdown()
     t = p.tally
     accepted = t.accepted + controller.unsettled()
     samples = len(accepted) + t.dropped_stale + t.dropped_interrupted

@@ -1,7 +1,7 @@
 """The planner's roles: the asynchronous run's roles with the model taken out.
 
-A plan runs the live roles on the virtual clock (`rlcore/clock/virtual.py`), over the same
-contexts and messages:
+A plan runs the live run's life cycle (`runtime.py::Lifecycle`: launch, drive, stop) on the
+virtual clock (`rlcore/clock/virtual.py`), with the same roles, contexts and messages:
   rollout           rollout.py's `generate_until_stopped`, on `LengthPolicy` (sampler.py),
                     which draws response lengths instead of sampling tokens;
   parameter service param_service.py's `serve_commits`, on `Versions`: the weight store
@@ -17,26 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
 
 import torch
 
-from rlcore.clock.virtual import VirtualClock, VirtualFlag, VirtualQueue
+from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Prefill, Update, Weights
 from rlcore.config import RunConfig
 from rlcore.plan.lengths import Lengths
 from rlcore.plan.sampler import LengthPolicy
-from rlcore.runners.asynchronous.contexts import (
-    ParamServiceContext,
-    RolloutContext,
-    TrainerContext,
-)
-from rlcore.runners.asynchronous.interfaces import Queue
+from rlcore.runners.asynchronous.contexts import RolloutContext, TrainerContext
 from rlcore.runners.asynchronous.messages import CommitAck, CommitRequest, Stopped, UpdateDone
 from rlcore.runners.asynchronous.param_service import serve_commits
 from rlcore.runners.asynchronous.rollout import generate_until_stopped
+from rlcore.runners.asynchronous.runtime import Lifecycle, Roles
 from rlcore.runners.asynchronous.trainer import TrainerLoop, receive_ack
+from rlcore.runners.asynchronous.vehicles import Virtual
 from rlcore.tasks.suites import Task
 
 CPU = torch.device("cpu")
@@ -93,48 +88,24 @@ class Tally:
     tokens_reprefilled: int = 0
 
 
-class Plan:
-    """One planned run: the clock, the roles' contexts over the channels they share, and the
-    tally."""
+class Plan(Lifecycle):
+    """One planned run: the live run's life cycle on the virtual clock, over a store without
+    weights, with the roles' model taken out; and the tally."""
 
     def __init__(self, cfg: RunConfig, clock: VirtualClock, tasks: list[Task],
                  prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int):
-        self.cfg, self.clock, self.tasks = cfg, clock, tasks
+        super().__init__(cfg, Virtual(clock), Versions(weight_bytes),
+                         {"rollout": CPU, "trainer": CPU}, cpus={})
+        self.tasks = tasks
         self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths)
-        self.inbox, self.prompt_q, self.commit_q = (VirtualQueue(clock) for _ in range(3))
-        n_rollout, n_trainer = cfg.runtime.rollout_workers, cfg.runtime.trainer_workers
-        self.trainer_qs: list[Queue] = [VirtualQueue(clock) for _ in range(n_trainer)]
-        self.ack_qs: list[Queue] = [VirtualQueue(clock) for _ in range(n_trainer)]
-        self.start, self.stop = VirtualFlag(clock), VirtualFlag(clock)
-        self.slots = Versions(weight_bytes)
-        self.counters = [0] * (2 * n_rollout)
         self.tally = Tally()
 
-        def common(name: str, index: int) -> dict[str, Any]:
-            return dict(cfg=cfg, name=name, index=index, inbox=self.inbox, start=self.start,
-                        slots=self.slots, clock=clock)
+    def launch(self, roles: Roles | None = None) -> None:
+        super().launch(roles or Roles(serve_commits, self.rollout, trainer_role))
 
-        self.service = ParamServiceContext(**common("param_service", 0),
-                                           commit_q=self.commit_q, ack_qs=self.ack_qs)
-        self.rollouts = [RolloutContext(**common(f"rollout{i}", i),
-                                        device=CPU, prompt_q=self.prompt_q,
-                                        counters=self.counters, stop=self.stop)
-                         for i in range(n_rollout)]
-        self.trainers = [TrainerContext(**common(f"trainer{i}", i),
-                                        device=CPU, trainer_q=self.trainer_qs[i],
-                                        commit_q=self.commit_q, ack_q=self.ack_qs[i],
-                                        stop=self.stop)
-                         for i in range(n_trainer)]
-
-    def launch(self) -> None:
-        """Start the roles in the live runtime's launch order, which the clock's tie-break
-        follows."""
-        clock = self.clock
-        clock.start("param_service", partial(serve_commits, self.service))
-        for ctx in self.rollouts:
-            clock.start(ctx.name, partial(generate_until_stopped, ctx, self.policy, [], 0))
-        for t in self.trainers:
-            clock.start(t.name, partial(trainer_role, t))
+    def rollout(self, ctx: RolloutContext) -> None:
+        """rollout.py's `rollout_main` after loading: nothing to load."""
+        generate_until_stopped(ctx, self.policy, [], 0)
 
 
 class PlanTrainer(TrainerLoop[PlanTrain, CommitAck]):

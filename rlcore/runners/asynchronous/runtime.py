@@ -9,8 +9,10 @@ module only moves messages to it and watches the workers' health (`health.py`).
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -26,7 +28,7 @@ from rlcore.runners.asynchronous.contexts import (
 )
 from rlcore.runners.asynchronous.controller import Controller
 from rlcore.runners.asynchronous.health import Watchdog, WorkerFailed, worker_failed
-from rlcore.runners.asynchronous.interfaces import Vehicle
+from rlcore.runners.asynchronous.interfaces import Vehicle, WeightStore
 from rlcore.runners.asynchronous.messages import Ready, Stopped, WorkerError
 from rlcore.runners.asynchronous.param_service import param_service_main
 from rlcore.runners.asynchronous.placement import placement
@@ -43,19 +45,36 @@ from rlcore.runners.common import preflight
 POLL_S = 0.05
 
 
-class Runtime:
-    """The roles of one run, their channels, and the loop that feeds the controller."""
+class Driven(Protocol):
+    """What the life cycle feeds: the live `Controller`, or the planner's."""
 
-    def __init__(self, cfg: RunConfig, vehicle: Vehicle):
+    t_done: float | None  # when the last update committed (None: not yet)
+
+    def on_message(self, msg: Any) -> None: ...
+
+    def pump(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What each role runs, given its context: the live roles load a model first; the
+    planner's run the same loops without one (`rlcore/plan/roles.py`)."""
+
+    param_service: Callable[[ParamServiceContext], None] = param_service_main
+    rollout: Callable[[RolloutContext], None] = rollout_main
+    trainer: Callable[[TrainerContext], None] = trainer_main
+
+
+class Lifecycle:
+    """The roles of one run, their channels, and the loop that feeds the controller:
+    launch, drive, stop. A live run adds the weight slots, devices and the barrier
+    (`Runtime`); a plan adds a store without weights."""
+
+    def __init__(self, cfg: RunConfig, vehicle: Vehicle, slots: WeightStore,
+                 devices: dict[str, torch.device], cpus: dict[str, tuple[int, ...]]):
         self.cfg, self.v, self.clock = cfg, vehicle, vehicle.clock
-        rt = cfg.runtime
-        self.n_rollout, self.n_trainer = rt.rollout_workers, rt.trainer_workers
-        spec = trainable_spec(cfg.model.path)
-        if vehicle.processes:
-            check_shared_memory(spec, self.n_trainer + 1, shared_memory_free())
-        self.slots = WeightSlots(spec, self.n_trainer + 1,
-                                 vehicle.locked_array(2 + self.n_trainer + 1),
-                                 shared=vehicle.processes)
+        self.n_rollout, self.n_trainer = cfg.runtime.rollout_workers, cfg.runtime.trainer_workers
+        self.slots, self.devices, self.cpus = slots, devices, cpus
         v = vehicle
         self.inbox, self.prompt_q, self.commit_q = v.queue(), v.queue(), v.queue()
         self.trainer_qs = [v.queue() for _ in range(self.n_trainer)]
@@ -69,33 +88,27 @@ class Runtime:
         # entry has one writer, so no lock: a worker killed holding one would hang the
         # controller, which reads them every 25 ms.
         self.counters = vehicle.counters(2 * self.n_rollout)
-        m = cfg.model
-        self.devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
-                        "trainer": resolve_device(m.trainer_device, "trainer")}
-        self.cpus, self.unpinned_reason = placement(rt, self.devices)
-        self.watchdog = Watchdog(self) if vehicle.processes else None
 
     def _common(self, name: str, index: int) -> dict[str, Any]:
         return dict(cfg=self.cfg, name=name, index=index, inbox=self.inbox,
                     start=self.start_evt, slots=self.slots, clock=self.clock,
                     cpus=self.cpus.get(name), own_process=self.v.processes)
 
-    def launch(self) -> None:
-        self.v.start("param_service", param_service_main, ParamServiceContext(
+    def launch(self, roles: Roles) -> None:
+        """Start every role, in this order (a virtual clock's tie-break follows it)."""
+        self.v.start("param_service", roles.param_service, ParamServiceContext(
             **self._common("param_service", 0), commit_q=self.commit_q, ack_qs=self.ack_qs))
         for i in range(self.n_rollout):
             name = f"rollout{i}"
-            self.v.start(name, rollout_main, RolloutContext(
+            self.v.start(name, roles.rollout, RolloutContext(
                 **self._common(name, i), device=self.devices["rollout"],
                 prompt_q=self.prompt_q, counters=self.counters, stop=self.stop_evt))
         for i in range(self.n_trainer):
             name = f"trainer{i}"
-            self.v.start(name, trainer_main, TrainerContext(
+            self.v.start(name, roles.trainer, TrainerContext(
                 **self._common(name, i), device=self.devices["trainer"],
                 trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
                 stop=self.stop_evt))
-        if self.watchdog is not None:
-            self.watchdog.start()
 
     # --- health (health.Watched) ---------------------------------------------------------
     def dead(self) -> dict[str, str]:
@@ -137,6 +150,68 @@ class Runtime:
         return msg
 
     # --- phases --------------------------------------------------------------------------
+    def drive(self, controller: Driven) -> float:
+        """Feed the controller until the last update; returns when that update committed."""
+        self.start_evt.set()
+        while controller.t_done is None:
+            msg = self.receive()
+            if msg is not None:
+                controller.on_message(msg)
+            controller.pump()
+        return controller.t_done
+
+    def stop(self, controller: Driven) -> None:
+        """Stop rollout and trainers, then the parameter service; process what they flush."""
+        self.stop_evt.set()
+        for _ in range(self.n_rollout):
+            self.prompt_q.put([])  # wake rollout workers blocked on an empty prompt queue
+        for q in self.trainer_qs:
+            q.put(None)
+        self._drain(controller, {f"rollout{i}" for i in range(self.n_rollout)}
+                    | {f"trainer{i}" for i in range(self.n_trainer)})
+        self.commit_q.put(None)
+        self._drain(controller, {"param_service"})
+
+    def _drain(self, controller: Driven, names: set[str]) -> None:
+        deadline = self.clock.now() + 30
+        while not names <= set(self.stopped):
+            if self.clock.now() > deadline:
+                raise WorkerFailed(f"workers {sorted(names - set(self.stopped))} did not stop "
+                                   "within 30 s")
+            msg = self.receive()
+            if msg is not None:
+                controller.on_message(msg)
+
+    def shutdown(self) -> None:
+        """End every worker, whether the run finished or failed."""
+        self.v.end_all(self)
+
+
+class Runtime(Lifecycle):
+    """A live run's life cycle: the roles load the model, weights move through shared
+    slots, and a barrier waits for every role to be ready."""
+
+    def __init__(self, cfg: RunConfig, vehicle: Vehicle):
+        rt = cfg.runtime
+        spec = trainable_spec(cfg.model.path)
+        if vehicle.processes:
+            check_shared_memory(spec, rt.trainer_workers + 1, shared_memory_free())
+        slots = WeightSlots(spec, rt.trainer_workers + 1,
+                            vehicle.locked_array(2 + rt.trainer_workers + 1),
+                            shared=vehicle.processes)
+        m = cfg.model
+        devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
+                   "trainer": resolve_device(m.trainer_device, "trainer")}
+        cpus, self.unpinned_reason = placement(rt, devices)
+        super().__init__(cfg, vehicle, slots, devices, cpus)
+        self.slots: WeightSlots = slots
+        self.watchdog = Watchdog(self) if vehicle.processes else None
+
+    def launch(self, roles: Roles = Roles()) -> None:
+        super().launch(roles)
+        if self.watchdog is not None:
+            self.watchdog.start()
+
     def barrier(self, ledger: RunLedger) -> float:
         """Wait until every worker has loaded its model; returns the cold-start seconds."""
         t0 = self.clock.now()
@@ -158,43 +233,10 @@ class Runtime:
                          load_s=r.load_s, cpus=r.cpus)
         return cold
 
-    def drive(self, controller: Controller) -> float:
-        """Feed the controller until the last update; returns when that update committed."""
-        self.start_evt.set()
-        while controller.t_done is None:
-            msg = self.receive()
-            if msg is not None:
-                controller.on_message(msg)
-            controller.pump()
-        return controller.t_done
-
-    def stop(self, controller: Controller) -> None:
-        """Stop rollout and trainers, then the parameter service; process what they flush."""
-        self.stop_evt.set()
-        for _ in range(self.n_rollout):
-            self.prompt_q.put([])  # wake rollout workers blocked on an empty prompt queue
-        for q in self.trainer_qs:
-            q.put(None)
-        self._drain(controller, {f"rollout{i}" for i in range(self.n_rollout)}
-                    | {f"trainer{i}" for i in range(self.n_trainer)})
-        self.commit_q.put(None)
-        self._drain(controller, {"param_service"})
-
-    def _drain(self, controller: Controller, names: set[str]) -> None:
-        deadline = self.clock.now() + 30
-        while not names <= set(self.stopped):
-            if self.clock.now() > deadline:
-                raise WorkerFailed(f"workers {sorted(names - set(self.stopped))} did not stop "
-                                   "within 30 s")
-            msg = self.receive()
-            if msg is not None:
-                controller.on_message(msg)
-
     def shutdown(self) -> None:
-        """End every worker, whether the run finished or failed."""
         if self.watchdog is not None:
             self.watchdog.done.set()
-        self.v.end_all(self)
+        super().shutdown()
 
 
 def role_peaks(stopped: dict[str, Stopped]) -> dict[str, int | None]:
