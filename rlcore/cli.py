@@ -116,8 +116,15 @@ def _eval(args: argparse.Namespace) -> int:
     from rlcore.evaluation import EVAL_SEED, eval_line, evaluate_run
 
     seed = EVAL_SEED if args.seed is None else args.seed
-    result, out = evaluate_run(Path(args.run_dir), args.policy, seed=seed)
-    print(eval_line(Path(args.run_dir), args.policy, result, out))
+    weights = args.weights
+    if args.old_policy is not None:  # the flag's name before 'policy' meant one thing only
+        print("rlcore eval: --policy is now --weights (final|base); --policy goes in the "
+              "next release", file=sys.stderr)
+        if weights is None:
+            weights = args.old_policy
+    weights = weights or "final"
+    result, out = evaluate_run(Path(args.run_dir), weights, seed=seed)
+    print(eval_line(Path(args.run_dir), weights, result, out))
     return 0
 
 
@@ -179,8 +186,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="score a run's policy on the held-out split")
     e.add_argument("run_dir", help="a complete run directory")
-    e.add_argument("--policy", choices=["final", "base"], default="final",
-                   help="the run's final weights (eval.json) or its base model (eval_base.json)")
+    e.add_argument("--weights", choices=["final", "base"], default=None,
+                   help="the run's final weights (eval.json, the default) or its base model "
+                        "(eval_base.json)")
+    e.add_argument("--policy", dest="old_policy", choices=["final", "base"],
+                   help=argparse.SUPPRESS)  # deprecated: --weights
     e.add_argument("--seed", type=int, default=None,
                    help="sampling seed of the evaluation (default: the pipeline's)")
     e.set_defaults(func=_eval)

@@ -76,12 +76,13 @@ def run_config_of(run_dir: Path) -> RunConfig:
     return config_from_dict(json.loads(cfg_file.read_text())["config"])
 
 
-def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
+def evaluate_run(run_dir: Path, weights: str = "final", seed: int = EVAL_SEED
                  ) -> tuple[dict[str, Any], Path]:
-    """Score a run's final policy (-> eval.json) or its base model (-> eval_base.json) on
-    the held-out split with the run's own settings; returns the result and the file."""
+    """Score a run's final weights (-> eval.json) or its base model (-> eval_base.json) on
+    the held-out split with the run's own settings; returns the result and the file. The
+    file's `policy` field names which (its name from before `--weights`)."""
     cfg = run_config_of(run_dir)
-    if policy == "final":
+    if weights == "final":
         if not (run_dir / "policy" / "config.json").is_file():
             raise ConfigError(f"'{run_dir}' saved no final policy (runtime.save_policy was "
                               "false); rerun with runtime.save_policy: true")
@@ -90,11 +91,11 @@ def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
     pin(cfg)
     model = HFPolicy(cfg.model, cfg.train, role="rollout")
     heldout = load_suite(cfg.task).split("heldout")[: cfg.eval.heldout_tasks]
-    result: dict[str, Any] = {"policy": policy, "model_path": cfg.model.path,
+    result: dict[str, Any] = {"policy": weights, "model_path": cfg.model.path,
                               **evaluate_policy(model, heldout, cfg, seed=seed)}
-    out = run_dir / ("eval.json" if policy == "final" else "eval_base.json")
+    out = run_dir / ("eval.json" if weights == "final" else "eval_base.json")
     atomic_write_json(out, result)
-    if policy == "final" and cfg.runtime.tensorboard:  # beside the run's curves, at its end
+    if weights == "final" and cfg.runtime.tensorboard:  # beside the run's curves, at its end
         summary = json.loads((run_dir / "summary.json").read_text())
         live = LiveMetrics(run_dir / TB_DIR)
         live.write(eval_scalars(result), step=summary["updates"], walltime=time.time())
@@ -102,12 +103,12 @@ def evaluate_run(run_dir: Path, policy: str = "final", seed: int = EVAL_SEED
     return result, out
 
 
-def eval_line(run_dir: Path, policy: str, result: dict[str, Any], out: Path) -> str:
-    """What an evaluation prints: pass rates, and for a final policy the run's state digest
+def eval_line(run_dir: Path, weights: str, result: dict[str, Any], out: Path) -> str:
+    """What an evaluation prints: pass rates, and for the final weights the run's state digest
     and the kernels it computed with, so two runs' lines say whether their weights agree."""
-    line = (f"{policy} policy on {result['tasks']} held-out tasks: greedy pass "
+    line = (f"{weights} weights on {result['tasks']} held-out tasks: greedy pass "
             f"{result['greedy_pass_rate']:.3f}, sampled pass {result['sampled_pass_rate']:.3f}")
-    if policy == "final":
+    if weights == "final":
         rep = json.loads((run_dir / "summary.json").read_text())["reproducibility"]
         env = rep["environment"]  # runs before runtime.kernels recorded none
         line += (f" | state {rep['state_digest'][:19]} on {env.get('kernels', 'unrecorded')} "

@@ -173,6 +173,21 @@ class TestEval:
         assert min(lengths) >= 1 and max(lengths) <= run_config_of(out).rollout.max_new_tokens
         assert "eval.json" in capsys.readouterr().out
 
+    def test_base_weights_and_the_old_flag_that_named_them(
+            self, run_copy: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+        _, out = run_copy
+        assert main(["eval", str(out), "--weights", "base"]) == 0
+        base = json.loads((out / "eval_base.json").read_text())
+        assert base["policy"] == "base"  # the file keeps its field name
+        captured = capsys.readouterr()
+        assert "base weights on 30 held-out tasks" in captured.out and captured.err == ""
+        (out / "eval_base.json").unlink()
+        assert main(["eval", str(out), "--policy", "base"]) == 0  # deprecated, still works
+        again = json.loads((out / "eval_base.json").read_text())
+        assert {k: v for k, v in again.items() if not k.endswith("_s")} == \
+            {k: v for k, v in base.items() if not k.endswith("_s")}  # the same, but its seconds
+        assert "--policy is now --weights" in capsys.readouterr().err
+
     def test_eval_of_an_incomplete_directory(self, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
         run_dir = tmp_path / "half"

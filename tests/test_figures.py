@@ -73,14 +73,18 @@ def test_staleness_counts_add_up_over_runs(tmp_path: Path):
 def test_queue_trace_reads_queue_events_only():
     events = [
         {"t": 0.1, "type": "queues", "prompt_queue": 4, "generating": 2, "sample_queue": 0,
-         "replay_buffer": 1, "trainer_queue": 0, "version": 0},
+         "ready_buffer": 1, "trainer_queue": 0, "version": 0},
         {"t": 0.2, "type": "version_change", "old_version": 0, "new_version": 1},
         {"t": 0.3, "type": "queues", "prompt_queue": 3, "generating": 1, "sample_queue": 1,
-         "replay_buffer": 0, "trainer_queue": 1, "version": 1},
+         "ready_buffer": 0, "trainer_queue": 1, "version": 1},
+        # a run recorded before the field's rename
+        {"t": 0.4, "type": "queues", "prompt_queue": 3, "generating": 1, "sample_queue": 0,
+         "replay_buffer": 5, "trainer_queue": 0, "version": 1},
     ]
     trace = trace_figures.queue_trace(events)
-    assert trace["t"] == [0.1, 0.3]
-    assert trace["prompt_queue"] == [4, 3] and trace["trainer_queue"] == [0, 1]
+    assert trace["t"] == [0.1, 0.3, 0.4]
+    assert trace["prompt_queue"] == [4, 3, 3] and trace["trainer_queue"] == [0, 1, 0]
+    assert trace["ready_buffer"] == [1, 0, 5]
 
 
 def test_busy_spans_are_clipped_to_the_window_and_grouped_by_role():

@@ -59,4 +59,4 @@ rule base_eval:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         code=RUNTIME_CODE,
     shell:
-        "exec python -m rlcore.launcher eval --policy base {params.run_dir} > {log} 2>&1"
+        "exec python -m rlcore.launcher eval --weights base {params.run_dir} > {log} 2>&1"

@@ -23,12 +23,15 @@ from rlcore.analysis.figures.style import (
     save,
 )
 
-QUEUES = ("prompt_queue", "generating", "sample_queue", "replay_buffer", "trainer_queue")
+QUEUES = ("prompt_queue", "generating", "sample_queue", "ready_buffer", "trainer_queue")
+# A queue's field as runs recorded it before its rename (the controller's buffer was once
+# "replay_buffer", a word `rlcore/replay/` means otherwise).
+FORMER = {"ready_buffer": "replay_buffer"}
 QUEUE_LABEL = {
     "prompt_queue": "prompts waiting",
     "generating": "prompts generating",
     "sample_queue": "samples to score",
-    "replay_buffer": "replay buffer",
+    "ready_buffer": "samples ready to batch",
     "trainer_queue": "batches at trainer",
 }
 ROLES = ("rollout", "trainer")
@@ -39,7 +42,7 @@ def queue_trace(events: Iterable[dict[str, Any]]) -> dict[str, list[float]]:
     rows = [e for e in events if e["type"] == "queues"]
     trace = {"t": [e["t"] for e in rows]}
     for q in QUEUES:
-        trace[q] = [e.get(q, 0) for e in rows]
+        trace[q] = [e.get(q, e.get(FORMER.get(q, q), 0)) for e in rows]
     return trace
 
 

@@ -220,7 +220,7 @@ class Controller:
             self.ledger.event("queues", prompt_queue=d.dispatched - taken,
                               sample_queue=sent - self.received,
                               generating=taken - (d.dispatched - d.in_flight),
-                              replay_buffer=self.core.buffered(),
+                              ready_buffer=self.core.buffered(),
                               trainer_queue=len(self.core.in_training),
                               version=self.core.applied)
 

@@ -108,7 +108,7 @@ class Look:
         self.t_interrupt = self.ctx.clock.now()
         self.out.events.append(Event("rollout_interrupt", self.t_interrupt, {
             "worker": self.ctx.name, "old_version": self.version,
-            "new_version": global_version, "policy": self.ctx.cfg.staleness.interrupt}))
+            "new_version": global_version, "interrupt": self.ctx.cfg.staleness.interrupt}))
         self.old_version, self.version = self.version, reload(self.ctx, self.params, self.out)
         self.record.swap(self.sampler.chunks, self.version)
         return self.version
