@@ -6,7 +6,8 @@ virtual clock (`rlcore/clock/virtual.py`), with the same roles, contexts and mes
                     which draws response lengths instead of sampling tokens;
   parameter service param_service.py's `serve_commits`, on `Versions`: the weight store
                     with the version and no weights;
-  trainer           trainer.py's `TrainerLoop`, whose update is its price (`PlanTrainer`);
+  trainer           trainer.py's `TrainerLoop` and `TrainerRole`, whose update is its price
+                    (`PlanTrainer`);
   controller        the live scheduling core (`scheduling.py`), counting instead of
                     recording (`controller.py`).
 Nothing is written but the counts a plan reports (`planner.py`). `tests/test_plan.py` checks
@@ -26,11 +27,11 @@ from rlcore.config import RunConfig
 from rlcore.plan.lengths import Lengths
 from rlcore.plan.sampler import LengthPolicy
 from rlcore.runners.asynchronous.contexts import RolloutContext, TrainerContext
-from rlcore.runners.asynchronous.messages import CommitAck, CommitRequest, Stopped, UpdateDone
+from rlcore.runners.asynchronous.messages import CommitRequest, Stopped, UpdateDone
 from rlcore.runners.asynchronous.param_service import serve_commits
 from rlcore.runners.asynchronous.rollout import generate_until_stopped
 from rlcore.runners.asynchronous.runtime import Lifecycle, Roles
-from rlcore.runners.asynchronous.trainer import TrainerLoop, receive_ack
+from rlcore.runners.asynchronous.trainer import TrainerRole
 from rlcore.runners.asynchronous.vehicles import Virtual
 from rlcore.tasks.suites import Task
 
@@ -108,24 +109,12 @@ class Plan(Lifecycle):
         generate_until_stopped(ctx, self.policy, [], 0)
 
 
-class PlanTrainer(TrainerLoop[PlanTrain, CommitAck]):
+class PlanTrainer(TrainerRole[PlanTrain]):
     """trainer.py's `Trainer` with the model taken out: an update is its price, a candidate
     a version number."""
 
     def __init__(self, ctx: TrainerContext):
-        super().__init__(ctx.cfg.staleness.staleness_k, ctx.slots.version())
-        self.ctx, self.clock = ctx, ctx.clock
-        self.slot = ctx.index + 1  # as the live trainer: slot 0 starts as current
-
-    def next_request(self) -> PlanTrain | None:
-        req: PlanTrain | None = self.ctx.trainer_q.get()
-        return req
-
-    def idle(self) -> bool:
-        return self.ctx.trainer_q.empty()
-
-    def published(self) -> int:
-        return self.ctx.slots.version()
+        super().__init__(ctx, ctx.slots.version())
 
     def load(self) -> None:
         self.version = self.ctx.slots.read_into([])
@@ -133,9 +122,6 @@ class PlanTrainer(TrainerLoop[PlanTrain, CommitAck]):
 
     def oldest(self, req: PlanTrain) -> int:
         return req.oldest
-
-    def started(self) -> float:
-        return self.clock.now()
 
     def update(self, req: PlanTrain) -> dict[str, float]:
         if req.prefill_tokens:
@@ -154,13 +140,6 @@ class PlanTrainer(TrainerLoop[PlanTrain, CommitAck]):
         ctx = self.ctx
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
                                  self.version, reason, stats, self.clock.now(), t_start))
-
-    def wait_ack(self) -> CommitAck | None:
-        return receive_ack(self.ctx)
-
-    def applied(self, ack: CommitAck) -> bool:
-        self.slot = ack.next_slot
-        return ack.applied
 
 
 def trainer_role(ctx: TrainerContext) -> None:

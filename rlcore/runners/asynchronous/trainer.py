@@ -142,16 +142,45 @@ class TrainerLoop(ABC, Generic[R, A]):
         return applied
 
 
-class Trainer(TrainerLoop[TrainRequest, CommitAck]):
+class TrainerRole(TrainerLoop[R, CommitAck]):
+    """The hooks a trainer role answers from its context alone: its batch queue, the
+    published version, the service's verdicts and its staging slot. The live `Trainer` and
+    the planner's (`rlcore/plan/roles.py`) add what they do with, or without, a model."""
+
+    def __init__(self, ctx: TrainerContext, version: int):
+        super().__init__(ctx.cfg.staleness.staleness_k, version)
+        self.ctx, self.cfg, self.clock = ctx, ctx.cfg, ctx.clock
+        self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
+
+    def next_request(self) -> R | None:
+        req: R | None = self.ctx.trainer_q.get()
+        return req
+
+    def idle(self) -> bool:
+        return self.ctx.trainer_q.empty()
+
+    def published(self) -> int:
+        return self.ctx.slots.version()
+
+    def started(self) -> float:
+        return self.clock.now()
+
+    def wait_ack(self) -> CommitAck | None:
+        return receive_ack(self.ctx)
+
+    def applied(self, ack: CommitAck) -> bool:
+        self.slot = ack.next_slot
+        return ack.applied
+
+
+class Trainer(TrainerRole[TrainRequest]):
     """One live trainer role: its policy, its staging slot and its pending commit."""
 
     def __init__(self, ctx: TrainerContext):
-        self.ctx, self.cfg, self.clock = ctx, ctx.cfg, ctx.clock
-        self.policy = HFPolicy(self.cfg.model, self.cfg.train, role="trainer", device=ctx.device,
+        self.policy = HFPolicy(ctx.cfg.model, ctx.cfg.train, role="trainer", device=ctx.device,
                                clock=ctx.clock)
         self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
-        super().__init__(self.cfg.staleness.staleness_k, ctx.slots.read_into(self.params))
-        self.slot = ctx.index + 1  # slot 0 starts as current; each trainer stages in its own
+        super().__init__(ctx, ctx.slots.read_into(self.params))
         self.ops: list[TrainerOp] = []  # steps not reported yet
         self.steps = 0
 
@@ -163,15 +192,6 @@ class Trainer(TrainerLoop[TrainRequest, CommitAck]):
         ops, self.ops = tuple(self.ops), []
         return ops
 
-    def next_request(self) -> TrainRequest | None:
-        return self.ctx.trainer_q.get()
-
-    def idle(self) -> bool:
-        return self.ctx.trainer_q.empty()
-
-    def published(self) -> int:
-        return self.ctx.slots.version()
-
     def load(self) -> None:
         self.version = self.ctx.slots.read_into(self.params)
         self.clock.charge(Weights("read", self.ctx.slots.nbytes))
@@ -179,9 +199,6 @@ class Trainer(TrainerLoop[TrainRequest, CommitAck]):
 
     def oldest(self, req: TrainRequest) -> int:
         return min(min(v) for v in req.batch.versions if v)
-
-    def started(self) -> float:
-        return self.clock.now()
 
     def update(self, req: TrainRequest) -> dict[str, float]:
         stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
@@ -205,13 +222,6 @@ class Trainer(TrainerLoop[TrainRequest, CommitAck]):
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
                                  self.version, reason, stats, self.clock.now(), t_start,
                                  ops=self.report()))
-
-    def wait_ack(self) -> CommitAck | None:
-        return receive_ack(self.ctx)
-
-    def applied(self, ack: CommitAck) -> bool:
-        self.slot = ack.next_slot
-        return ack.applied
 
 
 def trainer_main(ctx: TrainerContext) -> None:
