@@ -10,13 +10,12 @@ virtual clock runs one at a time (`vehicles.Virtual`: `rlcore/clock/virtual.py`)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+
+import torch
 
 from rlcore.clock import Clock
 from rlcore.config import RunConfig
-
-if TYPE_CHECKING:
-    import torch
 
 
 class Queue(Protocol):
