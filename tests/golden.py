@@ -4,7 +4,7 @@ x86-64 host (`runtime.kernels`, docs/reproducibility.md).
 Four artefacts: config/config.yaml's base model (its model and task, with fewer warm-start
 steps: the same code at a tenth of the time); and, on the test suite's small model
 (tests/conftest.py: arithmetic, so that 40 updates already earn rewards and train), a
-40-update sync run, a 40-update AReaL-style run of the paper's policy at K = 1 on the
+40-update sync run, a 40-update AReaL-style run of the paper's preset at K = 1 on the
 emulated 2x V100 clock (with stale and interrupted drops), and that run replayed under the
 decoupled objective. A run is digested as its records projected on the fields below (timing
 left out) and its final state's digest.

@@ -73,9 +73,9 @@ class TestMetrics:
 
 def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
              heldout: float | None, ttt: float | None, stale: int = 0,
-             interrupted: int = 0, policy: str = "paper", clock: str = "wall") -> None:
+             interrupted: int = 0, preset: str = "paper", clock: str = "wall") -> None:
     """A run directory as the pipeline lays it out; `clock` is `wall` or a profile's name."""
-    name = RunId(clock, mode, policy, k, objective, seed)
+    name = RunId(clock, mode, preset, k, objective, seed)
     d = root / name.path()
     d.mkdir(parents=True)
     virtual = clock != "wall"
@@ -109,17 +109,17 @@ def runs(tmp_path: Path) -> list[dict[str, Any]]:
     for seed, (h, ttt) in enumerate([(0.4, 1.0), (0.5, None), (0.6, 3.0)]):
         fake_run(tmp_path, "areal", 2, "pg", seed, heldout=h, ttt=ttt, stale=10,
                  interrupted=5)
-    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0, policy="none")
+    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=2.0, preset="none")
     (tmp_path / "wall" / "sync" / "none" / "k0" / "pg" / "seed9").mkdir(parents=True)  # unfinished
     return load_runs(tmp_path)
 
 
 def test_a_run_is_named_by_its_summary_not_by_its_path(tmp_path: Path):
-    fake_run(tmp_path, "areal", 2, "pg", 0, heldout=0.5, ttt=1.0, policy="paper")
+    fake_run(tmp_path, "areal", 2, "pg", 0, heldout=0.5, ttt=1.0, preset="paper")
     # the same record under another grid point's directory keeps its own name
     (tmp_path / "wall/areal/paper/k2/pg/seed0").rename(tmp_path / "wall/areal/paper/k2/pg/seed7")
     (row,) = load_runs(tmp_path)
-    assert (row["clock"], row["mode"], row["policy"], row["staleness_k"], row["seed"]) == \
+    assert (row["clock"], row["mode"], row["preset"], row["staleness_k"], row["seed"]) == \
         ("wall", "areal", "paper", 2, 0)
 
 
@@ -133,7 +133,7 @@ def test_the_runs_table_keeps_every_value_and_its_type(tmp_path: Path,
 
 def test_load_runs(runs: list[dict[str, Any]]):
     # sync first, as in every table and figure
-    assert [(r["mode"], r["policy"], r["seed"]) for r in runs] == [
+    assert [(r["mode"], r["preset"], r["seed"]) for r in runs] == [
         ("sync", "none", 0), ("areal", "paper", 0), ("areal", "paper", 1), ("areal", "paper", 2)]
     assert runs[1]["tokens_wasted"] == 15 and runs[1]["wasted_frac"] == 0.15
     assert runs[1]["updates_per_s"] == 5.0
@@ -165,7 +165,7 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
     text = to_markdown(table1(runs), ["heldout_pass_rate", "time_to_threshold_s"])
     lines = text.splitlines()
     assert lines[0].startswith(
-        "| clock | mode | policy | staleness_k | objective | seeds | held-out pass")
+        "| clock | mode | preset | staleness_k | objective | seeds | held-out pass")
     assert "0.500 ± 0.248" in lines[3]
     assert lines[0].endswith("| timed under contention |")
     assert lines[2].endswith("| no |") and lines[3].endswith("| 1 of 3 |")  # sync, areal
@@ -176,7 +176,7 @@ def test_markdown_marks_partial_and_missing(runs: list[dict[str, Any]]):
 
 def test_k_sweep_has_waste(runs: list[dict[str, Any]]):
     areal = k_sweep(runs)[1]
-    assert (areal["mode"], areal["policy"]) == ("areal", "paper")
+    assert (areal["mode"], areal["preset"]) == ("areal", "paper")
     assert areal["tokens_wasted/mean"] == 15.0 and areal["wasted_frac/mean"] == 0.15
     assert areal["dropped_stale/mean"] == 2.0 and areal["resubmissions/mean"] == 5.0
     assert areal["dropped_interrupted/mean"] == 1.0
@@ -191,7 +191,7 @@ def test_table1_cells_recomputed_by_hand_from_a_run_with_drops(tiny_model_dir: P
     from rlcore.runners import run_mode
     from tests.conftest import small_config
 
-    # Timing decides what is dropped: K = 0 under the paper's policy drops most samples, and
+    # Timing decides what is dropped: K = 0 under the paper's preset drops most samples, and
     # a run that happens to drop none is run again with the next seed (rarely needed).
     for seed in range(4):
         cfg = config_from_dict(small_config(
@@ -239,17 +239,17 @@ def test_quality_vs_k_puts_objectives_in_rows_and_k_in_columns(runs: list[dict[s
     lines = quality_vs_k_markdown([pg]).splitlines()
     assert lines[0] == "| objective | sync (K=0 reference) | K=2 |"
     assert lines[2] == "| pg | — | 0.500 ± 0.248 |"
-    assert quality_vs_k(runs, "areal", "areal") == []  # no run under that policy
+    assert quality_vs_k(runs, "areal", "areal_defaults") == []  # no run under that preset
 
 
-def test_quality_vs_k_takes_one_policy_and_shares_the_sync_reference(tmp_path: Path):
-    """Only the named policy's runs fill the cells; a sync run of pg is the reference of an
+def test_quality_vs_k_takes_one_preset_and_shares_the_sync_reference(tmp_path: Path):
+    """Only the named preset's runs fill the cells; a sync run of pg is the reference of an
     objective sync did not run (on-policy, the objectives give the same gradient)."""
     from rlcore.analysis.tables import quality_vs_k, quality_vs_k_markdown
 
-    fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.3, ttt=None, policy="paper")
-    fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.9, ttt=None, policy="areal")
-    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=0.7, ttt=None, policy="none")
+    fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.3, ttt=None, preset="paper")
+    fake_run(tmp_path, "areal", 0, "a3po", 0, heldout=0.9, ttt=None, preset="areal_defaults")
+    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=0.7, ttt=None, preset="none")
     (a3po,) = quality_vs_k(load_runs(tmp_path), "areal", "paper")
     assert a3po["K=0/mean"] == 0.3 and a3po["sync/mean"] == 0.7
     assert a3po["sync_objectives"] == "pg"
@@ -262,7 +262,7 @@ V100 = "v100x2-qwen0.5b-fp16"
 
 
 def test_runs_of_different_clocks_aggregate_apart(tmp_path: Path):
-    """The same mode, policy, K, objective and seeds, live and on a virtual clock: each table
+    """The same mode, preset, K, objective and seeds, live and on a virtual clock: each table
     has a row per clock, each the mean of its own clock's runs, wall first. A virtual run has
     no start-up on its profile's hardware, and the machine's load does not touch its times."""
     for seed, (heldout, ttt) in enumerate([(0.4, 1.0), (0.6, 3.0)]):

@@ -1,4 +1,4 @@
-"""Invariants of the asynchronous runners over K, interrupt policies and staleness controls.
+"""Invariants of the asynchronous runners over K, interrupt modes and staleness controls.
 
 The threaded runner shares every role with the AReaL-style runtime (only the vehicle
 differs), so the full grid runs threaded on the virtual clock, where each run is a function
@@ -106,11 +106,11 @@ def check_invariants(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
             for i in u["sample_ids"]:
                 assert by_id[i]["policy_version"] == by_id[i]["policy_version_max"] \
                     == u["version"] - 1
-    policy = cfg.staleness.interrupt
-    if policy != "resubmit":  # the partial response goes on: nothing is abandoned
+    interrupt = cfg.staleness.interrupt
+    if interrupt != "resubmit":  # the partial response goes on: nothing is abandoned
         assert t["interrupted"] == 0 and counts["dropped_interrupted"] == 0
-    assert (t["reprefilled"] == 0) or policy == "continue"
-    assert (t["kv_kept"] == 0) or policy == "keep_kv"
+    assert (t["reprefilled"] == 0) or interrupt == "continue"
+    assert (t["kv_kept"] == 0) or interrupt == "keep_kv"
     return summary
 
 
@@ -133,7 +133,7 @@ def virtual_async_config(model_dir: Path, tmp: Path, k: int, interrupt: str, con
     return config_from_dict(data)
 
 
-# What each interrupt policy does when a commit lands inside a generation.
+# What each interrupt mode does when a commit lands inside a generation.
 INTERRUPTED = {"resubmit": lambda s: s["samples"]["resubmissions"] > 0,
                "continue": lambda s: s["tokens"]["reprefilled"] > 0,
                "keep_kv": lambda s: s["tokens"]["kv_kept"] > 0}

@@ -54,12 +54,12 @@ class TestTakeWholeGroups:
             take_whole_groups([["a"] * 5], batch_size=4)
 
 
-# --- end to end: AReaL-style, K = 1, the paper's policy ------------------------------------
+# --- end to end: AReaL-style, K = 1, the paper's preset ------------------------------------
 B, G = 8, 4
 
 
 def paper_config(model_dir: Path, seed: int) -> RunConfig:
-    """config.yaml's `policies: paper` (filter, resubmit) at K = 1, with one-token chunks so
+    """config.yaml's `presets: paper` (filter, resubmit) at K = 1, with one-token chunks so
     that the trainer's commits interrupt and age many samples."""
     return config_from_dict(small_config(
         model_dir, mode="areal", seed=seed,
@@ -86,7 +86,7 @@ def trained_groups(samples: list[dict[str, Any]], updates: list[dict[str, Any]]
     return groups
 
 
-def test_areal_paper_policy_trains_whole_groups_against_their_own_mean(tiny_model_dir: Path,
+def test_areal_paper_preset_trains_whole_groups_against_their_own_mean(tiny_model_dir: Path,
                                                                       tmp_path: Path):
     # Whether a group loses members is up to timing: the first of four seeds whose run
     # trained a partial group (in practice the first).

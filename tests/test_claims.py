@@ -129,22 +129,23 @@ SPEC = {
     "id": "C5", "statement": "AReaL-style has the highest reward per 1k tokens",
     "source": "seed 000, Figure 4", "metric": "reward_per_1k_tokens", "expect": "positive",
     "pairing": "seed",
-    "contrast": {"v100/areal/areal/k2/pg": 1, "v100/sync/none/k0/pg": -1},
+    "contrast": {"v100/areal/areal_defaults/k2/pg": 1, "v100/sync/none/k0/pg": -1},
 }
 
 
-def _row(mode, policy, k, seed, value, clock="v100", replayed=None, job_s=60.0):
-    return {"clock": clock, "mode": mode, "policy": policy, "staleness_k": k,
+def _row(mode, preset, k, seed, value, clock="v100", replayed=None, job_s=60.0):
+    return {"clock": clock, "mode": mode, "preset": preset, "staleness_k": k,
             "objective": "pg", "replayed": replayed, "seed": seed,
             "reward_per_1k_tokens": value, "job_s": job_s}
 
 
 def test_claims_table_from_rows():
     claim = claim_from_config(SPEC)
-    rows = [_row("areal", "areal", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
+    rows = [_row("areal", "areal_defaults", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
     rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
     rows.append(_row("sync", "none", 0, 0, 50.0, clock="wall"))  # another clock: ignored
-    rows.append(_row("areal", "areal", 2, 0, 50.0, replayed="decoupled"))  # a replay: ignored
+    # a replay: ignored
+    rows.append(_row("areal", "areal_defaults", 2, 0, 50.0, replayed="decoupled"))
     (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
     assert row["effect"] == pytest.approx(5 / 3)
     assert row["verdict"] == SUPPORTED and row["seeds"] == 3 and row["seeds_needed"] == 3
@@ -164,7 +165,8 @@ def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
     claim = claim_from_config(SPEC)
     # per-seed contrasts 1, -1, 1: mean 1/3, sd 2/sqrt(3); need
     # (1.96 + 0.8416)^2 * (sd / mean)^2 + 1.96^2 / 2 = 7.849 * 12 + 1.921 = 96.1 -> 97
-    rows = [_row("areal", "areal", 2, s, v, job_s=30.0) for s, v in enumerate([1.0, 0.0, 1.0])]
+    rows = [_row("areal", "areal_defaults", 2, s, v, job_s=30.0)
+            for s, v in enumerate([1.0, 0.0, 1.0])]
     rows += [_row("sync", "none", 0, s, v, job_s=j)
              for s, v, j in [(0, 0.0, 10.0), (1, 1.0, 20.0), (2, 0.0, 90.0)]]
     (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
@@ -181,10 +183,10 @@ def test_an_unresolved_claim_says_whether_its_seeds_fit_the_budget():
 
 
 def test_a_replay_arm_is_priced_with_the_live_run_it_replays():
-    spec = {**SPEC, "contrast": {"v100/areal/areal/k2/pg/decoupled": 1,
-                                 "v100/areal/areal/k2/pg/behav_clip": -1}}
-    rows = [_row("areal", "areal", 2, s, 1.0, job_s=40.0) for s in range(2)]
-    rows += [_row("areal", "areal", 2, s, 1.0, replayed=r, job_s=5.0)
+    spec = {**SPEC, "contrast": {"v100/areal/areal_defaults/k2/pg/decoupled": 1,
+                                 "v100/areal/areal_defaults/k2/pg/behav_clip": -1}}
+    rows = [_row("areal", "areal_defaults", 2, s, 1.0, job_s=40.0) for s in range(2)]
+    rows += [_row("areal", "areal_defaults", 2, s, 1.0, replayed=r, job_s=5.0)
              for s in range(2) for r in ("decoupled", "behav_clip")]
     (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=SESOI)
     assert row["job_min_per_seed"] == pytest.approx((40 + 5 + 5) / 60)
@@ -195,7 +197,7 @@ def test_a_replay_arm_is_priced_with_the_live_run_it_replays():
 
 def test_a_claim_without_runs_is_unresolved_and_names_the_missing_arm():
     claim = claim_from_config(SPEC)
-    rows = [_row("areal", "areal", 2, s, 1.0) for s in range(3)]
+    rows = [_row("areal", "areal_defaults", 2, s, 1.0) for s in range(3)]
     (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
     assert row["verdict"] == UNRESOLVED and row["seeds"] == 0
     assert row["missing_arms"] == "sync/none/K0/pg"
@@ -206,7 +208,7 @@ def test_a_claim_with_no_effect_that_matters_is_equivalent():
     spec = {**SPEC, "metric": "heldout_pass_rate"}
     # per-seed contrasts 0, 0.01, -0.005: mean 0.00167, sd 0.00764, se 0.00441; 90 %
     # interval +- 2.920 x 0.00441 = [-0.0112, 0.0145], inside +-0.02; the 95 % contains 0
-    rows = [{**_row("areal", "areal", 2, s, None), "heldout_pass_rate": v}
+    rows = [{**_row("areal", "areal_defaults", 2, s, None), "heldout_pass_rate": v}
             for s, v in enumerate([0.70, 0.71, 0.70])]
     rows += [{**_row("sync", "none", 0, s, None), "heldout_pass_rate": v}
              for s, v in enumerate([0.70, 0.70, 0.705])]
@@ -222,14 +224,14 @@ def test_a_claim_with_no_effect_that_matters_is_equivalent():
 
 def test_an_arm_path_with_one_more_level_is_a_replay():
     arm = arm_from_path("wall/areal/paper/k8/pg/decoupled", -0.5)
-    assert (arm.clock, arm.mode, arm.policy, arm.staleness_k, arm.objective, arm.replayed,
+    assert (arm.clock, arm.mode, arm.preset, arm.staleness_k, arm.objective, arm.replayed,
             arm.weight) == ("wall", "areal", "paper", 8, "pg", "decoupled", -0.5)
     assert arm_from_path("wall/sync/none/k0/pg", 1).replayed is None
 
 
 def test_comparison_text():
     assert comparison_text(claim_from_config(SPEC)) == (
-        "areal/areal/K2/pg - sync/none/K0/pg; reward_per_1k_tokens; "
+        "areal/areal_defaults/K2/pg - sync/none/K0/pg; reward_per_1k_tokens; "
         "virtual clock (v100); paired by seed")
 
 
@@ -237,7 +239,7 @@ def test_each_claim_is_a_plain_sentence_on_the_front_page():
     """What the source said and the verdict on each clock, rows of one claim together; the
     markup characters of a statement escaped, so it reads the same in Markdown and rst."""
     claim = claim_from_config({**SPEC, "statement": "AReaL_style *wins*"})
-    rows = [_row("areal", "areal", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
+    rows = [_row("areal", "areal_defaults", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
     rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
     (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
     live = {**row, "clock": "wall", "verdict": SUPPORTED, "basis": "equivalence"}

@@ -21,7 +21,7 @@ from rlcore.config import (
 )
 from rlcore.config.files import apply_overrides
 
-TOP_LEVEL_KEYS = ["base", "eval", "mode", "model", "policy_name", "reward", "rollout", "runtime",
+TOP_LEVEL_KEYS = ["base", "eval", "mode", "model", "preset_name", "reward", "rollout", "runtime",
                   "seed", "staleness", "task", "train"]
 
 

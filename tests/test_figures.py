@@ -20,21 +20,22 @@ def test_mean_curve_is_pointwise_and_cut_to_the_shortest():
     assert ci == pytest.approx([6.353, 6.353])
 
 
-def test_runs_sort_sync_then_threaded_then_areal_then_by_policy_and_k():
+def test_runs_sort_sync_then_threaded_then_areal_then_by_preset_and_k():
     keys = [("areal", "paper", 2, "pg"), ("sync", "none", 0, "pg"),
-            ("areal", "paper", 0, "pg"), ("async", "areal", 4, "pg"),
-            ("areal", "areal", 8, "pg")]
+            ("areal", "paper", 0, "pg"), ("async", "areal_defaults", 4, "pg"),
+            ("areal", "areal_defaults", 8, "pg")]
     assert sorted(keys, key=style.config_order) == [
-        ("sync", "none", 0, "pg"), ("async", "areal", 4, "pg"), ("areal", "areal", 8, "pg"),
-        ("areal", "paper", 0, "pg"), ("areal", "paper", 2, "pg")]
+        ("sync", "none", 0, "pg"), ("async", "areal_defaults", 4, "pg"),
+        ("areal", "areal_defaults", 8, "pg"), ("areal", "paper", 0, "pg"),
+        ("areal", "paper", 2, "pg")]
     assert style.config_label("areal", "paper", 2) == "AReaL-style/paper K=2"
     assert style.config_label("sync", "none", 0) == "sync K=0"
 
 
 def test_an_arm_is_named_in_words():
     assert style.arm_title("areal", "paper", "v100") == \
-        "AReaL-style under staleness policy 'paper', virtual clock v100"
-    assert style.arm_title("sync", "none", "wall") == "sync under staleness policy 'none'"
+        "AReaL-style under staleness preset 'paper', virtual clock v100"
+    assert style.arm_title("sync", "none", "wall") == "sync under staleness preset 'none'"
 
 
 def test_one_objective_sets_the_clocks_side_by_side_on_one_y_axis():
@@ -50,11 +51,11 @@ def test_one_objective_sets_the_clocks_side_by_side_on_one_y_axis():
     style.plt.close("all")
 
 
-def test_each_policy_of_a_mode_gets_its_own_shade():
-    colors = style.arm_colors([("areal", "paper", 0, "pg"), ("areal", "areal", 2, "pg"),
-                                 ("sync", "none", 0, "pg")])
+def test_each_preset_of_a_mode_gets_its_own_shade():
+    colors = style.arm_colors([("areal", "paper", 0, "pg"),
+                               ("areal", "areal_defaults", 2, "pg"), ("sync", "none", 0, "pg")])
     orange = style.matplotlib.colors.to_rgb(style.MODE_COLOR["areal"])
-    assert colors[("areal", "areal")] == pytest.approx(orange)  # first by name
+    assert colors[("areal", "areal_defaults")] == pytest.approx(orange)  # first by name
     # second: 45% darker, each channel times 0.55
     assert colors[("areal", "paper")] == pytest.approx(tuple(c * 0.55 for c in orange))
     assert colors[("sync", "none")] == pytest.approx(
@@ -104,9 +105,9 @@ def test_busy_spans_are_clipped_to_the_window_and_grouped_by_role():
 V100 = "v100x2-qwen0.5b-fp16"
 
 
-def timed_row(clock: str, mode: str, policy: str, k: int, seed: int, seconds: float) -> dict:
+def timed_row(clock: str, mode: str, preset: str, k: int, seed: int, seconds: float) -> dict:
     """A run row (`rlcore.analysis.tables.run_row`) with what the bar charts draw."""
-    return {"clock": clock, "mode": mode, "policy": policy, "staleness_k": k,
+    return {"clock": clock, "mode": mode, "preset": preset, "staleness_k": k,
             "objective": "pg", "seed": seed, "threshold": 0.5, "time_to_threshold_s": seconds,
             "reward_per_1k_tokens": 100.0, "wall_s": 2 * seconds, "cold_start_s": 1.0,
             "startup_s": 3.0 if clock == "wall" else None, "updates_per_s": 5.0}
@@ -115,9 +116,9 @@ def timed_row(clock: str, mode: str, policy: str, k: int, seed: int, seconds: fl
 def test_runs_of_each_clock_are_drawn_in_a_panel_of_their_own(tmp_path: Path):
     """Wall-clock runs first, then each virtual clock's; the time figures give each clock a
     panel titled with it, whose axis says which seconds it counts."""
-    rows = [timed_row(clock, mode, policy, k, seed, seconds)
+    rows = [timed_row(clock, mode, preset, k, seed, seconds)
             for clock, scale in ((V100, 100.0), ("wall", 1.0))
-            for mode, policy, k in (("sync", "none", 0), ("areal", "areal", 2))
+            for mode, preset, k in (("sync", "none", 0), ("areal", "areal_defaults", 2))
             for seed, seconds in enumerate((1.0 * scale, 2.0 * scale))]
     assert list(style.by_clock(rows)) == ["wall", V100]
     assert all(r["clock"] == V100 for r in style.by_clock(rows)[V100])

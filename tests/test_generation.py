@@ -54,17 +54,17 @@ def test_resubmit_cuts_the_running_rows_at_the_swap():
     assert look.asked == [("cut", 1), ("swap", 1)]  # nothing is asked after the cut
 
 
-@pytest.mark.parametrize("policy", ["continue", "keep_kv"])
-def test_continue_and_keep_kv_go_on_counting_the_running_rows_tokens(policy: str):
+@pytest.mark.parametrize("interrupt", ["continue", "keep_kv"])
+def test_continue_and_keep_kv_go_on_counting_the_running_rows_tokens(interrupt: str):
     charged: list[Work] = []
     s = sampler(charged, [(1, True), (5, True), (8, False)])
-    out = generate(s, 2, policy, Script(s, swap_at=2))
+    out = generate(s, 2, interrupt, Script(s, swap_at=2))
     # after chunk 2 (4 steps): rows 1 and 2 run with 4 tokens each
-    assert (out.reprefilled, out.kv_kept) == ((8, 0) if policy == "continue" else (0, 8))
+    assert (out.reprefilled, out.kv_kept) == ((8, 0) if interrupt == "continue" else (0, 8))
     assert out.cut == {} and out.kept(3) == [0, 1, 2] and out.sampled == 14
     reprefills = [w for w in charged if isinstance(w, Prefill)][1:]
     # a re-prefill recomputes every row's prompt and 4 response positions: 3 x (2 + 4)
-    assert reprefills == ([Prefill(calls=1, tokens=18)] if policy == "continue" else [])
+    assert reprefills == ([Prefill(calls=1, tokens=18)] if interrupt == "continue" else [])
 
 
 def test_a_stop_cuts_a_row_at_the_cap_even_when_the_batch_is_done():

@@ -28,7 +28,7 @@ class TestFormats:
     def test_the_dict_round_trips(self):
         replay = self.run.replayed_under("decoupled")
         assert RunId.from_dict(replay.to_dict()) == replay
-        assert self.run.to_dict() == {"clock": "wall", "mode": "areal", "policy": "paper",
+        assert self.run.to_dict() == {"clock": "wall", "mode": "areal", "preset": "paper",
                                       "k": 8, "objective": "pg", "seed": 3, "replayed": None}
 
 
@@ -45,23 +45,23 @@ class TestArms:
                                       "wall/areal/paper/k1/pg/a3po/x", "wall//paper/k1/pg",
                                       "wall/areal/paper/kx/pg"])
     def test_a_malformed_arm_says_how_to_write_one(self, text: str):
-        with pytest.raises(ConfigError, match="CLOCK/MODE/POLICY/kK/OBJECTIVE"):
+        with pytest.raises(ConfigError, match="CLOCK/MODE/PRESET/kK/OBJECTIVE"):
             parse_arm(text)
 
 
 class TestFromConfig:
-    def test_a_wall_clock_run_of_a_named_policy(self):
-        cfg = config_from_dict({"mode": "areal", "seed": 2, "policy_name": "paper",
+    def test_a_wall_clock_run_of_a_named_preset(self):
+        cfg = config_from_dict({"mode": "areal", "seed": 2, "preset_name": "paper",
                                 "staleness": {"staleness_k": 4},
                                 "train": {"objective": "decoupled"}})
         name = RunId.of(cfg, {"kind": "wall", "hardware": None})
         assert name == RunId(WALL_CLOCK, "areal", "paper", 4, "decoupled", 2)
 
-    def test_a_virtual_run_is_named_by_its_profile_and_an_unnamed_policy_is_custom(self):
+    def test_a_virtual_run_is_named_by_its_profile_and_an_unnamed_preset_is_custom(self):
         cfg = config_from_dict({"mode": "sync"})
         name = RunId.of(cfg, {"kind": "virtual", "hardware": "v100x2-qwen0.5b-fp16"})
         assert name.path() == "v100x2-qwen0.5b-fp16/sync/custom/k0/pg/seed0"
 
-    def test_a_policy_name_that_cannot_be_a_path_level_is_refused(self):
-        with pytest.raises(ConfigError, match="policy_name"):
-            config_from_dict({"policy_name": "a/b"})
+    def test_a_preset_name_that_cannot_be_a_path_level_is_refused(self):
+        with pytest.raises(ConfigError, match="preset_name"):
+            config_from_dict({"preset_name": "a/b"})

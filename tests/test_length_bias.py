@@ -1,4 +1,4 @@
-"""Length bias of the drop policy: counts and rates per response length, checked by hand."""
+"""Length bias of dropping stale samples: counts and rates per response length, checked by hand."""
 
 from __future__ import annotations
 
@@ -77,12 +77,12 @@ def test_runs_length_counts_sums_runs(tmp_path: Path):
     }
 
 
-def test_runs_by_k_keeps_one_mode_policy_and_clock():
-    rows = [{"mode": m, "policy": p, "staleness_k": k, "clock": c,
+def test_runs_by_k_keeps_one_mode_preset_and_clock():
+    rows = [{"mode": m, "preset": p, "staleness_k": k, "clock": c,
              "run_dir": f"/r/{c}-{m}-{p}-{k}-{i}"}
             for i, (c, m, p, k) in enumerate([
                 ("wall", "areal", "paper", 8), ("wall", "areal", "paper", 0),
-                ("wall", "areal", "areal", 0), ("wall", "async", "paper", 0),
+                ("wall", "areal", "areal_defaults", 0), ("wall", "async", "paper", 0),
                 ("wall", "areal", "paper", 0), ("v100", "areal", "paper", 0)])]
     assert runs_by_k(rows, "areal", "paper") == {
         0: [Path("/r/wall-areal-paper-0-1"), Path("/r/wall-areal-paper-0-4")],

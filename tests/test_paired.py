@@ -24,14 +24,14 @@ def test_welch_needs_two_runs_a_side():
 
 
 def live(objective: str, passes: list[float]) -> list[dict]:
-    return [{"clock": "wall", "mode": "areal", "policy": "paper", "staleness_k": 2,
+    return [{"clock": "wall", "mode": "areal", "preset": "paper", "staleness_k": 2,
              "objective": objective,
              "seed": s, "heldout_pass_rate": p} for s, p in enumerate(passes)]
 
 
 def replays(objective: str, passes: list[float]) -> list[dict]:
     """Replays of the pg runs under `objective`, as `run_row` names them."""
-    return [{"clock": "wall", "mode": "areal", "policy": "paper", "staleness_k": 2,
+    return [{"clock": "wall", "mode": "areal", "preset": "paper", "staleness_k": 2,
              "objective": "pg", "replayed": objective, "seed": s, "heldout_pass_rate": p}
             for s, p in enumerate(passes)]
 

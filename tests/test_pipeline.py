@@ -36,31 +36,31 @@ class TestGrid:
     def test_the_small_grid_is_two_runs_and_two_replays(self):
         config = checked(small_pipeline_config())
         assert grid_points(config) == [
-            {"clock": "wall", "mode": "sync", "policy": "none", "k": 0, "objective": "pg",
+            {"clock": "wall", "mode": "sync", "preset": "none", "k": 0, "objective": "pg",
              "seed": 0},
-            {"clock": "wall", "mode": "areal", "policy": "paper", "k": 1, "objective": "pg",
+            {"clock": "wall", "mode": "areal", "preset": "paper", "k": 1, "objective": "pg",
              "seed": 0}]
         assert [p["replayed"] for p in replay_points(config)] == ["pg", "decoupled"]
 
     def test_a_point_two_blocks_make_is_one_run_and_a_block_may_set_its_seeds(self):
         data = small_pipeline_config()
-        data["grid"]["blocks"].append({"modes": ["sync"], "policies": ["none"], "ks": [0],
+        data["grid"]["blocks"].append({"modes": ["sync"], "presets": ["none"], "ks": [0],
                                        "objectives": ["pg"], "seeds": [0, 5]})
         points = grid_points(checked(data))
         assert [(p["mode"], p["seed"]) for p in points] == [("sync", 0), ("areal", 0),
                                                             ("sync", 5)]
 
-    def test_a_points_settings_are_run_then_its_policy_then_the_point(self):
+    def test_a_points_settings_are_run_then_its_preset_then_the_point(self):
         data = small_pipeline_config()
-        data["grid"]["blocks"].append({"modes": ["areal"], "policies": ["paper"], "ks": [8],
+        data["grid"]["blocks"].append({"modes": ["areal"], "presets": ["paper"], "ks": [8],
                                        "objectives": ["a3po"], "clock": f"virtual:{V100}"})
         config = checked(data)
         point = grid_points(config)[-1]
         settings = run_settings(config, point)
-        assert (settings["mode"], settings["policy_name"], settings["seed"]) == \
+        assert (settings["mode"], settings["preset_name"], settings["seed"]) == \
             ("areal", "paper", 0)
         assert settings["staleness"]["staleness_k"] == 8
-        assert settings["staleness"]["interrupt"] == "resubmit"  # the policy's
+        assert settings["staleness"]["interrupt"] == "resubmit"  # the preset's
         assert settings["train"]["objective"] == "a3po"
         assert settings["train"]["updates"] == config["run"]["train"]["updates"]  # run's
         assert settings["runtime"] == {**settings["runtime"], "clock": "virtual",
@@ -91,10 +91,10 @@ GSM8K_LINE = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
 class TestChecks:
     @pytest.mark.parametrize(("edit", "message"), [
         (lambda d: d.update(build_base=False), "is not a Hugging Face model directory"),
-        (lambda d: d["grid"]["blocks"][1].update(policies=["papr"]),
-         "names policy 'papr', which is not in policies ['none', 'paper']"),
+        (lambda d: d["grid"]["blocks"][1].update(presets=["papr"]),
+         "names preset 'papr', which is not in presets ['none', 'paper']"),
         (lambda d: d["grid"]["blocks"][0].update(ks=[0, 2]), "sync is on-policy"),
-        (lambda d: d["figures"]["k_axis"].update(policy="none"), "the grid has no areal run"),
+        (lambda d: d["figures"]["k_axis"].update(preset="none"), "the grid has no areal run"),
         (lambda d: d["grid"]["blocks"][1].update(clock="virtual:v100"),
          ("grid.blocks[1].clock = 'virtual:v100': there is no hardware profile 'v100'",
           "use one of " + ", ".join(sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))))),
@@ -102,7 +102,7 @@ class TestChecks:
         (lambda d: d["run"]["runtime"].update(clock="virtual"),
          "each grid block sets its runs' clock"),
         (lambda d: d["figures"]["k_axis"].update(clock=f"virtual:{V100}"),
-         f"the grid has no areal run under policy 'paper' on clock 'virtual:{V100}'"),
+         f"the grid has no areal run under preset 'paper' on clock 'virtual:{V100}'"),
         (lambda d: d["grid"]["blocks"].__setitem__(
             slice(None), [{**b, "clock": f"virtual:{V100}"} for b in d["grid"]["blocks"]]),
          "grid.blocks has no wall-clock block"),
@@ -113,17 +113,17 @@ class TestChecks:
          "make"),
         (lambda d: d["claims"][1]["contrast"].update({"wall/areal/paper/k1/pg/a3po": 1}),
          "claims[1] (T2) names the replay arm 'wall/areal/paper/k1/pg/a3po'"),
-        (lambda d: d["policies"]["paper"].update(task={
+        (lambda d: d["presets"]["paper"].update(task={
             "suite": "jsonl", "fields": "gsm8k",
             "train_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "train.jsonl"),
             "heldout_path": str(ROOT / "rlcore" / "tasks" / "data" / "math" / "heldout.jsonl")}),
          "math/train.jsonl:1: 'question' is a required property"),
         (lambda d: d["sesoi"].pop("short_bias"),
          "claims[2] (T3) is on metric 'short_bias', which sesoi does not give a delta"),
-    ], ids=["missing-model", "unknown-policy", "sync-k", "k-axis", "unknown-profile",
+    ], ids=["missing-model", "unknown-preset", "sync-k", "k-axis", "unknown-profile",
             "profile-named-wall", "run-clock", "k-axis-clock", "no-wall-block",
             "replays-select-nothing", "window", "claim-arm", "claim-replay-arm",
-            "policy-task-file", "claim-sesoi"])
+            "preset-task-file", "claim-sesoi"])
     def test_what_the_schema_cannot_say_is_refused_with_the_fix(
             self, edit: Callable[[dict[str, Any]], None], message: str | tuple[str, ...]):
         data = small_pipeline_config()

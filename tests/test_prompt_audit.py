@@ -1,4 +1,4 @@
-"""Prompt-level audit of the drop policy (claim C8): per-prompt trained shares, lengths and
+"""Prompt-level audit of dropping stale samples (claim C8): per-prompt trained shares, lengths and
 pass rates, the binned shares and short_bias, checked against values worked out by hand."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def key_paths(data: dict[str, Any], prefix: str = "") -> set[str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
-    """One small run of each mode; the async ones under the paper's drop policy with K = 1
+    """One small run of each mode; the async ones under the paper's preset with K = 1
     and one-token chunks, so that interrupts, resubmissions and drops happen."""
     root = tmp_path_factory.mktemp("vocabulary")
     out = {}
@@ -114,7 +114,7 @@ def test_summary_numbers_mean_the_same_in_every_mode(runs: dict[str, Path], mode
     if mode == "sync":  # the trainer waits while a batch is generated and scored
         assert sched["waits"]["trainer_data_s"] == pytest.approx(
             summary["time"]["rollout_busy_s"] + summary["time"]["controller_busy_s"])
-    else:  # the drop policy did something in this run
+    else:  # the paper's preset dropped or cut something in this run
         assert summary["samples"]["dropped_stale"] + summary["samples"]["resubmissions"] > 0
 
 

@@ -1,5 +1,5 @@
 """Schedule replay: the randomness derivation, the schedule file, verification bit for bit
-across modes and policies, tampered schedules, and counterfactual replays."""
+across modes and presets, tampered schedules, and counterfactual replays."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_a_sync_run_replays_too(tiny_model_dir: Path, tmp_path: Path):
 # --- tampered schedules ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def paper_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An AReaL-style run under the paper's policy (interrupts and drops), left untouched."""
+    """An AReaL-style run under the paper's preset (interrupts and drops), left untouched."""
     return live_run(tiny_model_dir, tmp_path_factory.mktemp("tamper"), "areal-k1-paper")
 
 

@@ -84,7 +84,7 @@ def test_smoke_runs_the_paper_config_in_every_mode_and_scores_it(qwen_dir: Path,
     """config/paper.yaml's code path (chat prompts, its batch and K) on the tiny stand-in:
     each mode in its own process, its figures measured, its final policy evaluated.
 
-    With AReaL's admission (`staleness_control: both`, one of paper.yaml's policies) at
+    With AReaL's admission (`staleness_control: both`, one of paper.yaml's presets) at
     K = 2, rollout may start at most K + 1 = 3 batches from version 0, and 4 updates need a
     4th: the rollout of each asynchronous mode must load a newer version to get there."""
     out = tmp_path / "smoke"

@@ -148,7 +148,7 @@ def test_each_run_and_replay_is_named_and_is_one_row_of_the_runs_table(pipeline:
             named[name] = summary.parent
     assert {n.path() for n in named} == {*RUN_IDS, f"{RUN_IDS[1]}/pg", f"{RUN_IDS[1]}/decoupled"}
     rows = read_runs(results / "tables" / "runs.parquet", replays=None)
-    assert {RunId(r["clock"], r["mode"], r["policy"], r["staleness_k"], r["objective"],
+    assert {RunId(r["clock"], r["mode"], r["preset"], r["staleness_k"], r["objective"],
                   r["seed"], r["replayed"]): Path(r["run_dir"]) for r in rows} == \
         {n: d.relative_to(pipeline) for n, d in named.items()}
 
@@ -201,7 +201,7 @@ def test_replays_are_run_directories_compared_in_pairs(pipeline: Path):
 
 
 def test_a_live_runs_change_makes_its_replays_stale(pipeline: Path):
-    jobs = plan_after_edit(pipeline, lambda d: d["policies"]["paper"]["staleness"].update(
+    jobs = plan_after_edit(pipeline, lambda d: d["presets"]["paper"]["staleness"].update(
         interrupt="continue"))
     assert jobs.get("run") == 1 and jobs.get("replay") == 2 and jobs.get("replay_table") == 1
 
@@ -211,7 +211,7 @@ def test_tables_agree_with_the_run_directories(pipeline: Path):
     table1, k_sweep = read_csv(tables / "table1.csv"), read_csv(tables / "k_sweep.csv")
     assert len(table1) == len(k_sweep) == 2
     for row1, row_k in zip(table1, k_sweep, strict=True):
-        run = (pipeline / "results" / "runs" / "wall" / row1["mode"] / row1["policy"]
+        run = (pipeline / "results" / "runs" / "wall" / row1["mode"] / row1["preset"]
                / f"k{row1['staleness_k']}" / row1["objective"] / "seed0")
         summary = json.loads((run / "summary.json").read_text())
         evaluation = json.loads((run / "eval.json").read_text())
@@ -298,8 +298,8 @@ def plan_after_edit(workdir: Path, edit: Callable[[dict], None]) -> dict[str, in
         write_config(workdir, small_pipeline_config())
 
 
-def test_changing_one_policy_reruns_only_its_runs(pipeline: Path):
-    jobs = plan_after_edit(pipeline, lambda d: d["policies"]["paper"]["staleness"].update(
+def test_changing_one_preset_reruns_only_its_runs(pipeline: Path):
+    jobs = plan_after_edit(pipeline, lambda d: d["presets"]["paper"]["staleness"].update(
         interrupt="continue"))
     # the areal run (and its config, its eval in the same job, and the tables) -- nothing of
     # sync, not the base
@@ -315,7 +315,7 @@ def test_adding_a_k_value_adds_only_those_runs(pipeline: Path):
 def test_a_block_repeating_runs_adds_none(pipeline: Path):
     """The grid is the union of its blocks: a run named twice is one job."""
     jobs = plan_after_edit(pipeline, lambda d: d["grid"]["blocks"].append(
-        {"modes": ["areal"], "policies": ["paper"], "ks": [1], "objectives": ["pg"]}))
+        {"modes": ["areal"], "presets": ["paper"], "ks": [1], "objectives": ["pg"]}))
     assert jobs == {}
 
 
@@ -324,7 +324,7 @@ V100 = "v100x2-qwen0.5b-fp16"
 
 def with_virtual_block(data: dict) -> dict:
     """The small grid plus its AReaL-style block again under the V100 profile's virtual clock:
-    the same mode, policy, K, objective and seed as a wall run, and as the runs replayed."""
+    the same mode, preset, K, objective and seed as a wall run, and as the runs replayed."""
     data["grid"]["blocks"].append({**data["grid"]["blocks"][1], "clock": f"virtual:{V100}"})
     return data
 
@@ -395,7 +395,7 @@ def test_editing_a_profile_reruns_only_the_runs_it_prices(tmp_path: Path):
         os.utime(v100, ns=(saved.st_atime_ns, saved.st_mtime_ns))
     stale = [j for j in planned_job_blocks(result) if j["rule"] == "run"]
     assert [j["wildcards"] for j in stale] == [
-        f"clock={V100}, mode=areal, policy=paper, k=1, objective=pg, seed=0"]
+        f"clock={V100}, mode=areal, preset=paper, k=1, objective=pg, seed=0"]
     # the analyses all read the one runs table, which holds every run
     assert set(planned_jobs(result)) == {"run", "runs_table", "tables", "figures", "claims",
                                          "replay_table", "all"}
@@ -507,11 +507,11 @@ def test_evaluation_edits_rerun_the_runs_and_their_evals(pipeline: Path, source_
     (lambda d: d.update(polices={}), "'polices' was unexpected"),
     (lambda d: d["grid"]["blocks"][1].update(clock="virtual"), "'virtual' does not match"),
     (lambda d: d["run"]["train"].update(updatez=3), "updatez"),
-    (lambda d: d["policies"]["paper"]["staleness"].update(interrupt="restart"), "restart"),
-    (lambda d: d["grid"]["blocks"][1].update(policies=["papr"]),
-     "names policy 'papr', which is not in policies ['none', 'paper']"),
+    (lambda d: d["presets"]["paper"]["staleness"].update(interrupt="restart"), "restart"),
+    (lambda d: d["grid"]["blocks"][1].update(presets=["papr"]),
+     "names preset 'papr', which is not in presets ['none', 'paper']"),
 ], ids=["unknown-mode", "negative-k", "no-seeds", "misspelled-key", "clock-without-profile",
-        "misspelled-run-key", "bad-policy-setting", "unknown-policy"])
+        "misspelled-run-key", "bad-preset-setting", "unknown-preset"])
 def test_bad_config_fails_before_any_job(tmp_path: Path, edit: Callable[[dict], None],
                                          message: str | tuple[str, ...]):
     data = small_pipeline_config()
@@ -593,7 +593,7 @@ def test_paper_config_plans_its_grid_on_a_local_model(tmp_path: Path):
     jobs = planned_jobs(result)
     grid = data["grid"]
     runs = len({(m, p, k, o, seed) for b in grid["blocks"] for m in b["modes"]
-                for p in b["policies"] for k in b["ks"] for o in b["objectives"]
+                for p in b["presets"] for k in b["ks"] for o in b["objectives"]
                 for seed in grid["seeds"]})
     assert jobs.get("run") == runs
     assert result.stdout.count(" --eval ") == runs  # each run job also writes its eval.json
@@ -617,7 +617,7 @@ def test_paper_gsm8k_config_plans_against_the_shipped_sample(tmp_path: Path):
     assert result.returncode == 0, result.stderr[-2000:]
     grid = data["grid"]
     runs = len({(m, p, k, o, seed) for b in grid["blocks"] for m in b["modes"]
-                for p in b["policies"] for k in b["ks"] for o in b["objectives"]
+                for p in b["presets"] for k in b["ks"] for o in b["objectives"]
                 for seed in grid["seeds"]})
     assert planned_jobs(result).get("run") == runs == 60
     settings = [json.loads(shlex.split(j["shell"])[2]) for j in planned_job_blocks(result)
@@ -634,7 +634,7 @@ def test_paper_gsm8k_config_plans_against_the_shipped_sample(tmp_path: Path):
 
 
 def test_study_overlay_plans_the_full_product(tmp_path: Path):
-    """config/study.yaml laid over config/config.yaml, as README says: every mode, policy, K
+    """config/study.yaml laid over config/config.yaml, as README says: every mode, preset, K
     and objective, three seeds each, with the emulated blocks the claims need, each run
     planned once."""
     for name in ("config.yaml", "study.yaml"):
@@ -643,7 +643,7 @@ def test_study_overlay_plans_the_full_product(tmp_path: Path):
     result = snakemake(tmp_path, "-n", "--configfile", "config/config.yaml",
                        "config/study.yaml")
     assert result.returncode == 0, result.stderr[-2000:]
-    # sync: 4 objectives x 3 seeds; async and areal: 3 policies x 5 K x 4 objectives x 3 seeds;
+    # sync: 4 objectives x 3 seeds; async and areal: 3 presets x 5 K x 4 objectives x 3 seeds;
     # and the default's emulated V100 blocks: 5 arms x 3 seeds
     assert planned_jobs(result).get("run") == 12 + 2 * 3 * 5 * 4 * 3 + 15 == 387
     assert "results/study/tables/table1.csv" in result.stdout

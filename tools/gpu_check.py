@@ -5,7 +5,7 @@
            Qwen2.5-0.5B-architecture stand-in built on the machine, and `rlcore smoke` of
            config/paper.yaml in every mode with both roles on the one GPU;
   stage 2  `rlcore calibrate` of the stand-in on the GPU (a profile named after the card),
-           then one short config, the paper's drop policy at K = 2, live and under the
+           then one short config, the paper's preset at K = 2, live and under the
            virtual clock on that profile, AReaL-style and sync (`rlcore bench --virtual`).
 
 Every step runs as its own process with a time limit, and `gpu_check.json` under --out is
@@ -34,8 +34,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "config/paper.yaml"
-# The paper's policy (config/paper.yaml, policies.paper) at K = 2, short and chunked.
-POLICY = ["policy_name=paper", "staleness.staleness_control=filter",
+# The paper's preset (config/paper.yaml, presets.paper) at K = 2, short and chunked.
+PAPER = ["preset_name=paper", "staleness.staleness_control=filter",
           "staleness.interrupt=resubmit"]
 
 
@@ -206,7 +206,7 @@ def stage2(check: Check, args: argparse.Namespace, py: list[str]) -> None:
     check.data["profile"] = str(profile.name) if ok else None
     check.save()
     if ok:
-        for label, mode_sets in (("areal", ["mode=areal", "staleness.staleness_k=2", *POLICY]),
+        for label, mode_sets in (("areal", ["mode=areal", "staleness.staleness_k=2", *PAPER]),
                                  ("sync", ["mode=sync", "staleness.staleness_k=0"])):
             result = check.work / f"bench-{label}.json"
             check.step(f"bench_{label}", [

@@ -1,7 +1,7 @@
 """The claims table: each claim of the paper tested against the runs, with a verdict.
 
 A claim is written in the pipeline config (`claims:`) as a *contrast*: a sum of weighted
-arms, each arm the runs of one (clock, mode, policy, K, objective), or the replays of one
+arms, each arm the runs of one (clock, mode, preset, K, objective), or the replays of one
 (..., replayed objective), measured by one metric. "AReaL-style beats sync on reward per 1k
 tokens" is `+1 x areal - 1 x sync` on `reward_per_1k_tokens`; "uncorrected PPO degrades
 under staleness while decoupled holds" is a difference of differences over four arms.
@@ -44,7 +44,7 @@ Z975 = 1.959964  # two-sided alpha = 0.05
 Z80 = 0.841621  # power 0.8
 Z95 = 1.644854  # one-sided alpha = 0.05, each of an equivalence's two tests
 Z90 = 1.281552  # power 0.8 of both one-sided tests at a true effect of zero
-ARM_KEYS = ("clock", "mode", "policy", "staleness_k", "objective", "replayed")
+ARM_KEYS = ("clock", "mode", "preset", "staleness_k", "objective", "replayed")
 
 
 @dataclass(frozen=True)
@@ -54,18 +54,18 @@ class Arm:
     weight: float
     clock: str
     mode: str
-    policy: str
+    preset: str
     staleness_k: int
     objective: str
     replayed: str | None = None
 
     def label(self) -> str:
         """'areal/paper/K2/pg' (+ ' replayed as decoupled'), the clock apart."""
-        name = f"{self.mode}/{self.policy}/K{self.staleness_k}/{self.objective}"
+        name = f"{self.mode}/{self.preset}/K{self.staleness_k}/{self.objective}"
         return name + (f" replayed as {self.replayed}" if self.replayed else "")
 
     def key(self) -> tuple[Any, ...]:
-        return (self.clock, self.mode, self.policy, self.staleness_k, self.objective,
+        return (self.clock, self.mode, self.preset, self.staleness_k, self.objective,
                 self.replayed)
 
 
@@ -106,10 +106,10 @@ class Claim:
 
 
 def arm_from_path(path: str, weight: float) -> Arm:
-    """An arm from its path CLOCK/MODE/POLICY/kK/OBJECTIVE[/REPLAYED] (the run or replay
+    """An arm from its path CLOCK/MODE/PRESET/kK/OBJECTIVE[/REPLAYED] (the run or replay
     directory without the seed)."""
     f = parse_arm(path)
-    return Arm(weight=float(weight), clock=f["clock"], mode=f["mode"], policy=f["policy"],
+    return Arm(weight=float(weight), clock=f["clock"], mode=f["mode"], preset=f["preset"],
                staleness_k=f["k"], objective=f["objective"], replayed=f["replayed"])
 
 

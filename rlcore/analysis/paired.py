@@ -4,7 +4,7 @@ A replay (docs/replay.md) trains objective o on the schedule of a live run of ob
 with the same seed. Per seed, the difference in held-out pass rate, replay(o) - live(b), has
 no timing noise in it: both saw the same staleness pattern. Its mean and 95 % t interval
 over seeds are the *paired* comparison; beside it, the *unpaired* one compares independent
-live runs of o and b at the same (mode, policy, K), Welch's interval, where timing differs
+live runs of o and b at the same (mode, preset, K), Welch's interval, where timing differs
 between every pair of runs.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from rlcore.analysis.tables import mean_ci95, row_order, t975
 
-PAIR_KEY = ("clock", "mode", "policy", "staleness_k", "live_objective", "objective")
+PAIR_KEY = ("clock", "mode", "preset", "staleness_k", "live_objective", "objective")
 
 
 def welch_ci95(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -34,14 +34,14 @@ def welch_ci95(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
 
 def paired_table(live: Iterable[dict[str, Any]], replays: Iterable[dict[str, Any]]
                  ) -> list[dict[str, Any]]:
-    """Per (mode, policy, K, live objective, replayed objective): the replays' held-out pass
+    """Per (mode, preset, K, live objective, replayed objective): the replays' held-out pass
     rate, the paired difference against the live runs they replay, and the unpaired difference
     between independent live runs of the two objectives (where the grid has them). Rows are
     `tables.run_row`'s: a replay's `objective` is its live run's, `replayed` its own."""
     live = list(live)
     replays = [{**r, "live_objective": r["objective"], "objective": r["replayed"]}
                for r in replays]
-    by_point = {(r["clock"], r["mode"], r["policy"], r["staleness_k"], r["objective"],
+    by_point = {(r["clock"], r["mode"], r["preset"], r["staleness_k"], r["objective"],
                  r["seed"]): r["heldout_pass_rate"]
                 for r in live if r["heldout_pass_rate"] is not None}
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -49,20 +49,20 @@ def paired_table(live: Iterable[dict[str, Any]], replays: Iterable[dict[str, Any
         groups.setdefault(tuple(r[k] for k in PAIR_KEY), []).append(r)
     out = []
     for key, members in sorted(groups.items(), key=lambda item: row_order(item[0])):
-        clock, mode, policy, k, base, objective = key
-        pairs = [(r["heldout_pass_rate"], by_point[(clock, mode, policy, k, base, r["seed"])])
+        clock, mode, preset, k, base, objective = key
+        pairs = [(r["heldout_pass_rate"], by_point[(clock, mode, preset, k, base, r["seed"])])
                  for r in sorted(members, key=lambda r: r["seed"])
-                 if (clock, mode, policy, k, base, r["seed"]) in by_point]
+                 if (clock, mode, preset, k, base, r["seed"]) in by_point]
         row: dict[str, Any] = dict(zip(PAIR_KEY, key, strict=True))
         row["replay/mean"], row["replay/ci95"] = mean_ci95([r["heldout_pass_rate"]
                                                             for r in members])
         row["pairs"] = len(pairs)
         row["paired_diff/mean"], row["paired_diff/ci95"] = mean_ci95([a - b for a, b in pairs])
 
-        def arm(obj: str, clock: str = clock, mode: str = mode, policy: str = policy,
+        def arm(obj: str, clock: str = clock, mode: str = mode, preset: str = preset,
                 k: int = k) -> list[float]:
             return [v for (c, m, p, kk, o, _), v in by_point.items()
-                    if (c, m, p, kk, o) == (clock, mode, policy, k, obj)]
+                    if (c, m, p, kk, o) == (clock, mode, preset, k, obj)]
 
         own, other = arm(objective), arm(base)
         if objective == base:  # the same live runs on both sides: nothing to compare
@@ -90,13 +90,13 @@ def unpaired(row: dict[str, Any]) -> str:
 
 def paired_markdown(table: Sequence[dict[str, Any]]) -> str:
     """The paired table as Markdown: the paired and unpaired half-widths side by side."""
-    head = ("| clock | mode | policy | K | schedule of | objective | replay held-out pass | "
+    head = ("| clock | mode | preset | K | schedule of | objective | replay held-out pass | "
             "paired diff (same schedules) | unpaired diff (independent live runs) | "
             "seeds | live runs |")
     lines = [head, "|" + "---|" * 11]
     for r in table:
         lines.append(
-            f"| {r['clock']} | {r['mode']} | {r['policy']} | {r['staleness_k']} | "
+            f"| {r['clock']} | {r['mode']} | {r['preset']} | {r['staleness_k']} | "
             f"{r['live_objective']} | "
             f"{r['objective']} | {_cell(r['replay/mean'], r['replay/ci95'])} | "
             f"{_cell(r['paired_diff/mean'], r['paired_diff/ci95'], True)} | "

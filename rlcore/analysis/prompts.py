@@ -1,4 +1,4 @@
-"""Prompt-level audit of the drop policy: which prompts were trained, and how often, against
+"""Prompt-level audit of dropping stale samples: which prompts were trained, and how often, against
 each prompt's answer length and difficulty (claim C8, tinker-cookbook PR #822: "dropping stale
 rollouts biases training toward short, fast problems").
 
@@ -8,7 +8,7 @@ the length of its task's reference answer, known for every prompt: the axis C8 i
 Its `length` and `pass_rate` are taken over the rows that have a response, stale drops
 included, so they describe the prompt as sampled, not as trained. A prompt cut for good on
 every slot has neither (and is never trained): the sampled length would leave out exactly the
-long prompts the drop policy loses, which is why the audit ranks prompts by `answer_chars`.
+long prompts dropping loses, which is why the audit ranks prompts by `answer_chars`.
 The trained share of a set of prompts is their trained slots over their slots.
 """
 

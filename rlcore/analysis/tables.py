@@ -1,8 +1,8 @@
 """From run directories to the paper's tables: one row per run, then means over seeds.
 
 A run's row is named by its summary's `run` (rlcore/record/identity.py), never by its path:
-the policy is the name the pipeline config gives the run's staleness settings
-(`policies:`), and a replay's row also names the objective it is replayed under
+the preset is the name the pipeline config gives the run's staleness settings
+(`presets:`), and a replay's row also names the objective it is replayed under
 (`replayed`; None for a run). The pipeline collects every row once into
 `results/tables/runs.parquet` (`write_runs`), which the tables, claims and figures read
 (`read_runs`). A run contributes once its summary.json exists; its held-out pass rate
@@ -43,11 +43,11 @@ _T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
         1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
         1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
 
-GROUP = ("clock", "mode", "policy", "staleness_k", "objective")
+GROUP = ("clock", "mode", "preset", "staleness_k", "objective")
 
 
 def group_order(key: Sequence[Any]) -> tuple[Any, ...]:
-    """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by the rest."""
+    """Sort (mode, preset, K, objective) as sync, threaded, AReaL-style, then by the rest."""
     mode, *rest = key
     return (MODES.index(mode) if mode in MODES else len(MODES), *rest)
 
@@ -58,7 +58,7 @@ def clock_order(clock: str) -> tuple[bool, str]:
 
 
 def row_order(key: Sequence[Any]) -> tuple[Any, ...]:
-    """Sort a GROUP key (clock, mode, policy, K, objective) by clock, then as group_order."""
+    """Sort a GROUP key (clock, mode, preset, K, objective) by clock, then as group_order."""
     clock, *rest = key
     return (clock_order(clock), *group_order(rest))
 
@@ -98,7 +98,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
     replay = s["reproducibility"].get("replay")
     return {
         "clock": clock,
-        "mode": name.mode, "policy": name.policy, "staleness_k": name.k,
+        "mode": name.mode, "preset": name.preset, "staleness_k": name.k,
         "objective": name.objective, "seed": name.seed, "replayed": name.replayed,
         "replay_kind": replay["kind"] if replay else None, "run_dir": str(run_dir),
         "heldout_pass_rate": ev.get("sampled_pass_rate"),
@@ -183,7 +183,7 @@ def load_runs(root: str | Path) -> list[dict[str, Any]]:
 
 
 def aggregate(rows: Iterable[dict[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    """Per (clock, mode, policy, K, objective): seeds, and mean and CI half-width of each
+    """Per (clock, mode, preset, K, objective): seeds, and mean and CI half-width of each
     metric.
 
     A metric missing in some runs (a threshold never reached, a run not evaluated) is averaged
@@ -246,7 +246,7 @@ def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mode, policy, objective and K: acceptance, drops (stale; interrupted on the last
+    """Per mode, preset, objective and K: acceptance, drops (stale; interrupted on the last
     allowed attempt), resubmissions, wasted tokens,
     accepted throughput, final pass rate, and the prompt audit's `short_bias` (read from
     each run's samples.jsonl here, the one table that shows it)."""
@@ -254,21 +254,21 @@ def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                      K_SWEEP)
 
 
-def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL_CLOCK
+def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, preset: str, clock: str = WALL_CLOCK
                  ) -> list[dict[str, Any]]:
-    """AReaL's Table 2, shaped for this grid: the held-out pass rate of (`mode`, `policy`) per
+    """AReaL's Table 2, shaped for this grid: the held-out pass rate of (`mode`, `preset`) per
     objective (rows) and staleness bound K (columns), with sync as the K = 0, on-policy
     reference, all of them runs of `clock`. Sync runs are one reference for all objectives
     when the grid runs sync with fewer objectives (on-policy, the four give the same
     gradient)."""
     rows = [r for r in rows if r["clock"] == clock]
-    arm = [r for r in rows if r["mode"] == mode and r["policy"] == policy]
+    arm = [r for r in rows if r["mode"] == mode and r["preset"] == preset]
     cells = aggregate(arm, ("heldout_pass_rate",))
     sync = [r for r in rows if r["mode"] == "sync"]
     out: dict[str, dict[str, Any]] = {}
     for c in cells:
         row = out.setdefault(c["objective"], {"objective": c["objective"], "mode": mode,
-                                              "policy": policy, "clock": clock})
+                                              "preset": preset, "clock": clock})
         for stat in ("mean", "ci95", "n"):
             row[f"K={c['staleness_k']}/{stat}"] = c[f"heldout_pass_rate/{stat}"]
     for objective, row in out.items():

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import string
+import sys
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rlcore.config.files import apply_overrides, read_config_file
+from rlcore.config.renamed import RUN_RENAMES, upgrade
 from rlcore.config.run import RunConfig, run_config_schema
 from rlcore.config.schema import validation_errors
 from rlcore.errors import ConfigError
@@ -114,11 +116,15 @@ def _build(cls: type, data: Mapping[str, Any]) -> Any:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
-    """Validate a (possibly partial) mapping and return the full config with defaults filled."""
+    """Validate a (possibly partial) mapping and return the full config with defaults filled;
+    a key renamed this release is read under its new name, with a message on stderr."""
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"a config must be a mapping of keys to values, got {type(data).__name__}"
         )
+    data = dict(data)
+    for message in upgrade(data, RUN_RENAMES):
+        print(f"rlcore: {message}", file=sys.stderr)
     errors = validation_errors(run_config_schema(), data)
     if errors:
         raise ConfigError("; ".join(errors))

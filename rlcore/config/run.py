@@ -346,10 +346,10 @@ class RunConfig:
         "sync", "Runner: sync (sync_train), async (threaded), areal (multi-process)."
     )
     seed: int = _f(0, "Seed of sampling, task order and training.", minimum=0)
-    policy_name: str | None = _f(
+    preset_name: str | None = _f(
         None,
-        "The name of the staleness policy these settings came from (the pipeline's "
-        "`policies:` key): it names the run in summary.json's `run` and changes nothing else.",
+        "The name of the staleness preset these settings came from (the pipeline's "
+        "`presets:` key): it names the run in summary.json's `run` and changes nothing else.",
         pattern="^[a-z][a-z0-9_]*$",
     )
     model: ModelConfig = _section(ModelConfig, "The policy model and where it runs.")

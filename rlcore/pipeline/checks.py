@@ -1,7 +1,7 @@
 """Every check of a pipeline config beyond its schema, in one call that starts no process.
 
 `check_pipeline` runs when the Snakefile is read, before any job: cross-key rules the
-schema cannot express (clocks and their profiles, policies, the figures' runs, the claims'
+schema cannot express (clocks and their profiles, presets, the figures' runs, the claims'
 arms), the given model directory, and task files (each line loads, and each task suits
 its verifier). Reading math-verify's gold answers takes worker processes, so it is left to
 each run's preflight (`rlcore/runners/common.py::preflight`), which stops a run before it
@@ -63,37 +63,37 @@ def check_clock(where: str, clock: str) -> None:
 
 def check_grid(config: dict[str, Any]) -> None:
     """Cross-key checks of the grid and the figures that the schema cannot express."""
-    grid, policies, figures = config["grid"], config["policies"], config["figures"]
+    grid, presets, figures = config["grid"], config["presets"], config["figures"]
     if config["run"]["runtime"]["clock"] != "wall":
         raise ConfigError(
             "run.runtime.clock is 'virtual': in the pipeline each grid block sets its runs' "
             "clock; remove it from run.runtime and give the blocks clock: virtual:NAME")
     for i, block in enumerate(grid["blocks"]):
         check_clock(f"grid.blocks[{i}].clock", block["clock"])
-        for policy in block["policies"]:
-            if policy not in policies:
+        for preset in block["presets"]:
+            if preset not in presets:
                 raise ConfigError(
-                    f"grid.blocks[{i}] names policy '{policy}', which is not in policies "
-                    f"{sorted(policies)}: define it there or pick one of those")
+                    f"grid.blocks[{i}] names preset '{preset}', which is not in presets "
+                    f"{sorted(presets)}: define it there or pick one of those")
         if "sync" in block["modes"] and block["ks"] != [0]:
             raise ConfigError(
                 f"grid.blocks[{i}] runs sync at K = {block['ks']}: sync is on-policy, so "
                 "its ks must be [0]; put sync in a block of its own")
-    if figures["trace"]["policy"] not in policies:
-        raise ConfigError(f"figures.trace.policy '{figures['trace']['policy']}' is not in "
-                          f"policies {sorted(policies)}")
+    if figures["trace"]["preset"] not in presets:
+        raise ConfigError(f"figures.trace.preset '{figures['trace']['preset']}' is not in "
+                          f"presets {sorted(presets)}")
     if not wall_points(config):
         raise ConfigError(
             "grid.blocks has no wall-clock block: the queue-depth and worker-activity "
             "figures draw wall-clock runs; add a block without `clock` (or clock: wall)")
     axis = figures["k_axis"]
     check_clock("figures.k_axis.clock", axis["clock"])
-    if not any((p["clock"], p["mode"], p["policy"])
-               == (clock_name(axis["clock"]), axis["mode"], axis["policy"])
+    if not any((p["clock"], p["mode"], p["preset"])
+               == (clock_name(axis["clock"]), axis["mode"], axis["preset"])
                for p in grid_points(config)):
         raise ConfigError(
-            f"figures.k_axis = {axis}: the grid has no {axis['mode']} run under policy "
-            f"'{axis['policy']}' on clock '{axis['clock']}'; name a (mode, policy, clock) "
+            f"figures.k_axis = {axis}: the grid has no {axis['mode']} run under preset "
+            f"'{axis['preset']}' on clock '{axis['clock']}'; name a (mode, preset, clock) "
             "of one of grid.blocks")
     replays = grid.get("replays")
     if replays:
@@ -101,7 +101,7 @@ def check_grid(config: dict[str, Any]) -> None:
         if not replay_points(config):
             raise ConfigError(
                 f"grid.replays.of = {replays['of']} selects no run of the grid: name a "
-                "clock, modes, policies, ks and objectives that one of grid.blocks runs")
+                "clock, modes, presets, ks and objectives that one of grid.blocks runs")
     start, end = figures["window_s"]
     if not start < end:
         raise ConfigError(f"figures.window_s = {[start, end]}: the start must be before the "
@@ -150,8 +150,8 @@ def check_task_files(config: dict[str, Any]) -> None:
     from rlcore.tasks.reward import check_suite
 
     checked = set()
-    for policy in [{}, *config["policies"].values()]:
-        settings = merge(config["run"], policy)
+    for preset in [{}, *config["presets"].values()]:
+        settings = merge(config["run"], preset)
         # Only the sections a suite and its verifier read: the grid's mode and K are not
         # known here.
         cfg = config_from_dict({k: settings[k] for k in ("model", "task", "reward")

@@ -2,7 +2,7 @@
 settings.
 
 The pipeline config (`config/config.yaml`, schema `workflow/schemas/config.schema.yaml`)
-declares blocks of (clock, modes, policies, ks, objectives, seeds); every combination is a
+declares blocks of (clock, modes, presets, ks, objectives, seeds); every combination is a
 grid point, named as `rlcore/record/identity.py::RunId` names a run (the seed included).
 The Snakefile's rules expand these points into paths; the checks (`checks.py`) and the
 tests call the same functions without Snakemake.
@@ -16,7 +16,7 @@ from typing import Any
 from rlcore.config import config_from_dict
 from rlcore.record.identity import WALL_CLOCK
 
-Point = dict[str, Any]  # clock, mode, policy, k, objective, seed (and replayed, for a replay)
+Point = dict[str, Any]  # clock, mode, preset, k, objective, seed (and replayed, for a replay)
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -36,18 +36,18 @@ def clock_name(clock: str) -> str:
 
 
 def grid_points(config: dict[str, Any]) -> list[Point]:
-    """Every (clock, mode, policy, k, objective, seed) of the grid once, in the blocks'
+    """Every (clock, mode, preset, k, objective, seed) of the grid once, in the blocks'
     order."""
     g = config["grid"]
     points: dict[tuple[Any, ...], Point] = {}
     for block in g["blocks"]:
         for mode in block["modes"]:
-            for policy in block["policies"]:
+            for preset in block["presets"]:
                 for k in block["ks"]:
                     for objective in block["objectives"]:
                         for seed in block.get("seeds", g["seeds"]):
                             point = {"clock": clock_name(block["clock"]),
-                                     "mode": mode, "policy": policy, "k": k,
+                                     "mode": mode, "preset": preset, "k": k,
                                      "objective": objective, "seed": seed}
                             points[tuple(point.values())] = point
     return list(points.values())
@@ -69,23 +69,23 @@ def replay_points(config: dict[str, Any]) -> list[Point]:
         {**p, "replayed": objective}
         for p in grid_points(config)
         if p["clock"] == clock_name(of["clock"]) and p["mode"] in of["modes"]
-        and p["policy"] in of["policies"] and p["k"] in of["ks"]
+        and p["preset"] in of["presets"] and p["k"] in of["ks"]
         and p["objective"] in of["objectives"]
         for objective in replays["objectives"]
     ]
 
 
 def run_settings(config: dict[str, Any], point: Point) -> dict[str, Any]:
-    """The full, validated run config of one grid point: `run:`, then its policy's
-    overlay, then the point itself. The point's clock is its block's, whatever `run` or
-    the policy say."""
+    """The full, validated run config of one grid point: `run:`, then its staleness
+    preset, then the point itself. The point's clock is its block's, whatever `run` or
+    the preset say."""
     if point["clock"] == WALL_CLOCK:
         runtime = {"clock": "wall"}
     else:
         runtime = {"clock": "virtual", "hardware": point["clock"]}
-    settings = merge(config["run"], config["policies"][point["policy"]])
+    settings = merge(config["run"], config["presets"][point["preset"]])
     settings = merge(settings, {
-        "mode": point["mode"], "seed": int(point["seed"]), "policy_name": point["policy"],
+        "mode": point["mode"], "seed": int(point["seed"]), "preset_name": point["preset"],
         "staleness": {"staleness_k": int(point["k"])},
         "train": {"objective": point["objective"]}, "runtime": runtime})
     return config_from_dict(settings).to_dict()

@@ -3,6 +3,7 @@
 # are rlcore.record.identity's patterns, whose fields are the wildcards.
 import json
 import os
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -16,6 +17,7 @@ from rlcore.code_digest import (
     runtime_files,
 )
 from rlcore.config import MODES, config_from_dict
+from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import clock_name, grid_points, replay_points, run_settings
 from rlcore.record.identity import (
@@ -25,6 +27,9 @@ from rlcore.record.identity import (
     WALL_CLOCK,
 )
 
+# Keys renamed this release are read under their new names, with a message saying so.
+for message in upgrade(config, PIPELINE_RENAMES):
+    print(f"rlcore: {message}", file=sys.stderr)
 validate(config, "../schemas/config.schema.yaml")
 # The run section resolved in full once (defaults filled in, errors raised before any job
 # starts), so the report's front page shows every value the runs used.
@@ -69,7 +74,7 @@ def trace_modes():
 wildcard_constraints:
     clock="[A-Za-z0-9][A-Za-z0-9._-]*",
     mode="|".join(MODES),
-    policy="[a-z][a-z0-9_]*",
+    preset="[a-z][a-z0-9_]*",
     k=r"\d+",
     objective="pg|behav_clip|decoupled|a3po",
     replayed="pg|behav_clip|decoupled|a3po",
@@ -142,13 +147,13 @@ def all_replays(filename):
 
 def trace_point(mode):
     """The wall-clock grid point whose events the trace figures draw for a mode: the
-    configured policy, objective and seed where the mode has them, at its K nearest to the
+    configured preset, objective and seed where the mode has them, at its K nearest to the
     configured one (lower on a tie). Their window is in this machine's seconds."""
     trace = config["figures"]["trace"]
     return min(
         (p for p in WALL_POINTS if p["mode"] == mode),
         key=lambda p: (
-            p["policy"] != trace["policy"],
+            p["preset"] != trace["preset"],
             p["objective"] != trace["objective"],
             p["seed"] != trace["seed"],
             abs(p["k"] - trace["k"]),
@@ -173,13 +178,13 @@ def k_axis():
 
 
 def k_axis_points():
-    """The grid points of figures.k_axis's arm (its mode, policy and clock)."""
+    """The grid points of figures.k_axis's arm (its mode, preset and clock)."""
     axis = k_axis()
     return [
         p
         for p in POINTS
-        if (p["mode"], p["policy"], p["clock"])
-        == (axis["mode"], axis["policy"], axis["clock"])
+        if (p["mode"], p["preset"], p["clock"])
+        == (axis["mode"], axis["preset"], axis["clock"])
     ]
 
 

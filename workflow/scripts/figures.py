@@ -28,7 +28,7 @@ def grid_figures(smk):
     staleness_figures.draw_staleness(rows, out.staleness, out.staleness_svg)
     figures.draw_end_to_end(rows, out.end_to_end, out.end_to_end_svg)
     axis = smk.params.k_axis
-    title = arm_title(axis["mode"], axis["policy"], axis["clock"])
+    title = arm_title(axis["mode"], axis["preset"], axis["clock"])
     draw_length_bias(runs_by_k(rows, **axis), out.length_bias, out.length_bias_svg, title)
     draw_prompt_audit(runs_by_k(rows, **axis), out.prompt_audit, out.prompt_audit_svg, title)
     draw_response_lengths(Path(smk.input.base_eval),

@@ -48,19 +48,19 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                              sharey=True, squeeze=False, layout="constrained")
     threshold = None
     for ax, (clock, objective) in zip(axes[0], panels, strict=True):
-        for (mode, policy, k, obj), members in group_rows(clocks[clock]).items():
+        for (mode, preset, k, obj), members in group_rows(clocks[clock]).items():
             if obj != objective:
                 continue
             curves = [pass_rate_curve(Path(r["run_dir"])) for r in members]
             threshold = curves[0][1]
             mean, _ = mean_curve([c for c, _ in curves])
             steps = range(1, len(mean) + 1)
-            style = line_style(colors[(mode, policy)], k, ks[(mode, policy)])
+            style = line_style(colors[(mode, preset)], k, ks[(mode, preset)])
             if len(curves) > 1:
                 low = [min(c[i] for c, _ in curves) for i in range(len(mean))]
                 high = [max(c[i] for c, _ in curves) for i in range(len(mean))]
                 ax.fill_between(steps, low, high, color=style["color"], alpha=0.12, lw=0)
-            ax.plot(steps, mean, label=config_label(mode, policy, k), linewidth=1.2, **style)
+            ax.plot(steps, mean, label=config_label(mode, preset, k), linewidth=1.2, **style)
         title = clock_title(clock) if len(objectives) == 1 else \
             f"{clock_title(clock)}, objective {objective}"
         ax.set_title(title, fontsize=9)
@@ -78,7 +78,7 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
 def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                png: str | Path, svg: str | Path, missing_note: str | None = None,
                seconds: bool = False) -> None:
-    """Bars of a metric per (mode, policy, K), one bar per objective, mean ± 95% CI, seeds as
+    """Bars of a metric per (mode, preset, K), one bar per objective, mean ± 95% CI, seeds as
     dots; a panel per clock, whose y label says which seconds when `seconds`."""
     every = group_rows(rows)
     objectives, colors = objectives_of(every), arm_colors(every)
@@ -91,14 +91,14 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
     for ax, (clock, groups) in zip(axes, panels.items(), strict=True):
         configs = configs_of[clock]
         for j, objective in enumerate(objectives):
-            for i, (mode, policy, k) in enumerate(configs):
-                members = groups.get((mode, policy, k, objective), [])
+            for i, (mode, preset, k) in enumerate(configs):
+                members = groups.get((mode, preset, k, objective), [])
                 values = [r[metric] for r in members if r[metric] is not None]
                 x = i + (j - (len(objectives) - 1) / 2) * width
                 if values:
                     mean, ci = mean_ci95(values)
                     ax.bar(x, mean, width * 0.9, yerr=ci, capsize=3,
-                           color=colors[(mode, policy)], alpha=0.75, hatch=hatches[j % 4],
+                           color=colors[(mode, preset)], alpha=0.75, hatch=hatches[j % 4],
                            edgecolor="white")
                     ax.plot([x] * len(values), values, "k.", markersize=4)
                 if missing_note and len(values) < len(members):
@@ -149,14 +149,14 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
     panels = {clock: group_rows(clock_rows) for clock, clock_rows in by_clock(rows).items()}
     fig, axes = clock_panels({c: len(groups) for c, groups in panels.items()}, 0.45, 4.2)
     for ax, (clock, groups) in zip(axes, panels.items(), strict=True):
-        for i, ((mode, policy, _, _), members) in enumerate(groups.items()):
+        for i, ((mode, preset, _, _), members) in enumerate(groups.items()):
             startups = [r["startup_s"] or 0.0 for r in members]
             startup, _ = mean_ci95(startups)
             cold, _ = mean_ci95([r["cold_start_s"] for r in members])
             wall, _ = mean_ci95([r["wall_s"] for r in members])
             total, total_ci = mean_ci95([s + r["cold_start_s"] + r["wall_s"]
                                          for s, r in zip(startups, members, strict=True)])
-            color = colors[(mode, policy)]
+            color = colors[(mode, preset)]
             ax.bar(i, startup, 0.7, color=lighter(color, 0.8))
             ax.bar(i, cold, 0.7, bottom=startup, color=lighter(color))
             ax.bar(i, wall, 0.7, bottom=startup + cold, color=color, yerr=total_ci, capsize=3)

@@ -1,6 +1,6 @@
-"""Length bias of the drop policy: are long responses dropped or interrupted more often?
+"""Length bias of dropping stale samples: are long responses dropped or interrupted more often?
 
-Under the paper's policy (`staleness_control: filter`, `interrupt: resubmit`) a long generation
+Under the paper's preset (`staleness_control: filter`, `interrupt: resubmit`) a long generation
 is exposed to more policy updates while it runs, so it may be interrupted or go stale more
 often than a short one; training on the survivors would then favour short answers.
 The counts come from samples.jsonl (final fate of each slot, docs/metrics.md), per response
@@ -67,13 +67,13 @@ def runs_length_counts(run_dirs: Iterable[Path]) -> dict[int, dict[str, int]]:
     return dict(sorted(total.items()))
 
 
-def runs_by_k(rows: Iterable[dict[str, Any]], mode: str, policy: str, clock: str = WALL_CLOCK
+def runs_by_k(rows: Iterable[dict[str, Any]], mode: str, preset: str, clock: str = WALL_CLOCK
               ) -> dict[int, list[Path]]:
-    """The run directories of (`mode`, `policy`) on `clock` by K (sorted), from
+    """The run directories of (`mode`, `preset`) on `clock` by K (sorted), from
     `analysis.run_row` rows."""
     out: dict[int, list[Path]] = {}
     for r in rows:
-        if (r["mode"], r["policy"], r["clock"]) == (mode, policy, clock):
+        if (r["mode"], r["preset"], r["clock"]) == (mode, preset, clock):
             out.setdefault(r["staleness_k"], []).append(Path(r["run_dir"]))
     return dict(sorted(out.items()))
 

@@ -34,7 +34,7 @@ def measured_by_k(run_dirs: Iterable[Path]) -> dict[int, list[dict[str, Any]]]:
 
 
 def draw_plan_vs_measured(plans: Sequence[dict[str, Any]], run_dirs: Iterable[Path],
-                          png: str | Path, svg: str | Path, *, mode: str, policy: str,
+                          png: str | Path, svg: str | Path, *, mode: str, preset: str,
                           clock: str) -> None:
     """Planned (line) and measured (mean over seeds with 95% intervals) timing figures
     against K."""
@@ -58,6 +58,6 @@ def draw_plan_vs_measured(plans: Sequence[dict[str, Any]], run_dirs: Iterable[Pa
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     hardware = planned[0][1]["hardware"] if planned else "?"
-    fig.suptitle(f"{arm_title(mode, policy, WALL_CLOCK)}: planned on {hardware} against "
+    fig.suptitle(f"{arm_title(mode, preset, WALL_CLOCK)}: planned on {hardware} against "
                  f"measured on {clock_title(clock)}", fontsize=10)
     save(fig, png, svg)

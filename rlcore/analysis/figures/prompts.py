@@ -1,5 +1,6 @@
-"""Prompt-level audit of the drop policy (claim C8): the share of a prompt's samples that were
-trained, against the length of the prompt's reference answer and its pass rate, one line per K.
+"""Prompt-level audit of dropping stale samples (claim C8): the share of a prompt's samples
+that were trained, against the length of the prompt's reference answer and its pass rate,
+one line per K.
 
 The counting is in `rlcore/analysis/prompts.py`; `draw_prompt_audit` only lays it out. Prompts
 whose every slot was cut for good have no pass rate: they are on the length axis only, and

@@ -2,7 +2,7 @@
 the staleness histograms (the length-bias figure is in `rlcore/analysis/figures/length_bias.py`).
 
 The data comes from pure functions; the `draw_*` functions lay it out with the styles of
-`rlcore/analysis/figures/learning.py` (colours per mode and policy, labels, PNG and SVG output).
+`rlcore/analysis/figures/learning.py` (colours per mode and preset, labels, PNG and SVG output).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
     objectives, colors = objectives_of(every), arm_colors(every)
     clocks = by_clock(rows)
     fig, axes = objective_axes(list(clocks), objectives, height=4.0, sharex="row")
-    panels = [(clock, objective, ax, group_rows(clock_rows))  # in K order per (mode, policy)
+    panels = [(clock, objective, ax, group_rows(clock_rows))  # in K order per (mode, preset)
               for (clock, clock_rows), row in zip(clocks.items(), axes, strict=True)
               for objective, ax in zip(objectives, row, strict=True)]
     for clock, objective, ax, groups in panels:
         for arm, color in colors.items():
-            mode, policy = arm
+            mode, preset = arm
             points = []
             for (m, p, k, o), members in groups.items():
                 if (m, p) != arm or o != objective:
@@ -70,7 +70,7 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                 points.append((x, y))
                 ax.errorbar(x, y, xerr=xe, yerr=ye, color=color, marker=MODE_MARKER[mode],
                             capsize=2, markersize=5,
-                            label=config_label(mode, policy, k).rsplit(" K=", 1)[0]
+                            label=config_label(mode, preset, k).rsplit(" K=", 1)[0]
                             if len(points) == 1 else None)
                 if mode != "sync":  # sync is K = 0 alone; its label would only crowd
                     ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],
@@ -88,16 +88,16 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
 
 def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Staleness of accepted and stale-dropped samples, one panel per asynchronous
-    (mode, policy, K) and clock."""
+    (mode, preset, K) and clock."""
     by_config: dict[tuple[str, str, int, str], list[Path]] = {}
     colors = arm_colors(group_rows(rows))
     for clock, clock_rows in by_clock(rows).items():
-        for (mode, policy, k, _), members in group_rows(clock_rows).items():
+        for (mode, preset, k, _), members in group_rows(clock_rows).items():
             if mode != "sync":
-                by_config.setdefault((mode, policy, k, clock), []).extend(
+                by_config.setdefault((mode, preset, k, clock), []).extend(
                     Path(r["run_dir"]) for r in members)
     if not by_config:  # a sync-only grid: one panel of its samples, all of staleness 0
-        by_config = {("sync", rows[0]["policy"], 0, rows[0]["clock"]):
+        by_config = {("sync", rows[0]["preset"], 0, rows[0]["clock"]):
                      [Path(r["run_dir"]) for r in rows]}
     configs = list(by_config)
     cols = min(4, len(configs))
@@ -106,12 +106,12 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                              layout="constrained")
     for ax in axes.flat[len(configs):]:
         ax.set_visible(False)
-    for ax, (mode, policy, k, clock) in zip(axes.flat, configs, strict=False):
-        counts = staleness_counts(by_config[(mode, policy, k, clock)])
+    for ax, (mode, preset, k, clock) in zip(axes.flat, configs, strict=False):
+        counts = staleness_counts(by_config[(mode, preset, k, clock)])
         total = sum(counts["accepted"].values()) + sum(counts["dropped_stale"].values())
         xs = list(range(max([k + 1, *counts["accepted"], *counts["dropped_stale"]]) + 1))
         for kind, offset, color, label in (
-            ("accepted", -0.2, colors.get((mode, policy), "#777777"), "accepted"),
+            ("accepted", -0.2, colors.get((mode, preset), "#777777"), "accepted"),
             ("dropped_stale", 0.2, "#b2182b", "dropped (stale)"),
         ):
             ax.bar([x + offset for x in xs],
@@ -121,7 +121,7 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
         ax.set_xticks(xs)
         dropped = sum(counts["dropped_stale"].values()) / max(total, 1)
         on = "" if clock == WALL_CLOCK else f"\nvirtual clock: {clock}"
-        ax.set_title(f"{config_label(mode, policy, k)} (dropped {dropped:.1%}){on}",
+        ax.set_title(f"{config_label(mode, preset, k)} (dropped {dropped:.1%}){on}",
                      fontsize=9)
         ax.set_xlabel("staleness (policy versions)")
         ax.set_ylabel("share of scored samples")
@@ -134,11 +134,11 @@ OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e729
 
 
 def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
-                      mode: str, policy: str, clock: str = WALL_CLOCK) -> None:
+                      mode: str, preset: str, clock: str = WALL_CLOCK) -> None:
     """AReaL's Table 2 as a figure: held-out pass rate against K per objective, for one
-    asynchronous (mode, policy) on one clock, with sync as the on-policy reference
+    asynchronous (mode, preset) on one clock, with sync as the on-policy reference
     (dashed)."""
-    table = quality_vs_k(rows, mode, policy, clock)
+    table = quality_vs_k(rows, mode, preset, clock)
     fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
     all_ks: set[int] = set()
     sync_drawn: set[float] = set()
@@ -159,7 +159,7 @@ def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
                        linewidth=0.9, linestyle="--")
             sync_drawn.add(row["sync/mean"])
     ax.set_xticks(sorted(all_ks))
-    ax.set_xlabel(f"staleness bound K ({arm_title(mode, policy, clock)})")
+    ax.set_xlabel(f"staleness bound K ({arm_title(mode, preset, clock)})")
     ax.set_ylabel("held-out sampled pass rate")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, title="mean ± 95% CI over seeds\ndashed: sync (on-policy)",
@@ -173,20 +173,20 @@ def draw_quality_vs_k_replayed(table: Sequence[dict], png: str | Path, svg: str 
     schedules (counterfactual replays, `rlcore/analysis/paired.py::paired_table` rows): objectives
     compared on identical staleness patterns."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
-    arms = sorted({(r["clock"], r["mode"], r["policy"], r["live_objective"]) for r in table})
+    arms = sorted({(r["clock"], r["mode"], r["preset"], r["live_objective"]) for r in table})
     objectives = sorted({r["objective"] for r in table})
     ks = sorted({r["staleness_k"] for r in table})
     for i, objective in enumerate(objectives):
         dodge = 0.06 * (i - (len(objectives) - 1) / 2)
         for j, arm in enumerate(arms):
-            clock, mode, policy, base = arm
+            clock, mode, preset, base = arm
             cells = sorted((r for r in table if r["objective"] == objective
-                            and (r["clock"], r["mode"], r["policy"], r["live_objective"]) ==
+                            and (r["clock"], r["mode"], r["preset"], r["live_objective"]) ==
                             arm), key=lambda r: r["staleness_k"])
             if not cells:
                 continue
             label = objective if len(arms) == 1 else (
-                f"{objective} ({clock}, {MODE_LABEL.get(mode, mode)}, {policy}, "
+                f"{objective} ({clock}, {MODE_LABEL.get(mode, mode)}, {preset}, "
                 f"schedules of {base})")
             ax.errorbar([r["staleness_k"] + dodge for r in cells],
                         [r["replay/mean"] for r in cells],

@@ -1,7 +1,7 @@
 """What every figure shares: pyplot set up for files, the labels, colours and markers of
-modes, policies and K, grouping run rows into configurations, and saving PNG and SVG.
+modes, presets and K, grouping run rows into configurations, and saving PNG and SVG.
 
-A configuration is a (mode, policy, K, objective) tuple; curves and bars are means over seeds
+A configuration is a (mode, preset, K, objective) tuple; curves and bars are means over seeds
 with 95% t intervals (`rlcore.analysis.tables.mean_ci95`), the same statistics as the tables.
 Runs of different clocks (the rows' `clock`: `wall`, or a virtual clock's hardware profile)
 are drawn in panels of their own (`by_clock`): their seconds are different quantities.
@@ -35,18 +35,18 @@ MODE_MARKER = {"sync": "s", "async": "o", "areal": "D"}
 # Where each mode's point labels go, so that neighbouring points' labels do not collide.
 LABEL_OFFSET = {"async": (5, -11), "areal": (5, 5)}  # K labels beside a mode's points
 K_LINESTYLE = ("-", "--", ":", "-.")
-# A mode's second and third policy are drawn in darker and lighter shades of its colour.
-POLICY_SHADE = (0.0, -0.45, 0.45)
+# A mode's second and third preset are drawn in darker and lighter shades of its colour.
+PRESET_SHADE = (0.0, -0.45, 0.45)
 
 # Stable SVG ids and no timestamp, so an unchanged figure is an unchanged file.
 plt.rcParams["svg.hashsalt"] = "rlcore"
 
 
-def config_label(mode: str, policy: str, k: int) -> str:
-    """'AReaL-style/paper K=2': how a (mode, policy, K) configuration is named in every
-    figure; sync, which has nothing to drop or interrupt, shows no policy."""
+def config_label(mode: str, preset: str, k: int) -> str:
+    """'AReaL-style/paper K=2': how a (mode, preset, K) configuration is named in every
+    figure; sync, which has nothing to drop or interrupt, shows no preset."""
     name = MODE_LABEL.get(mode, mode) if mode == "sync" else \
-        f"{MODE_LABEL.get(mode, mode)}/{policy}"
+        f"{MODE_LABEL.get(mode, mode)}/{preset}"
     return f"{name} K={k}"
 
 
@@ -54,19 +54,19 @@ def mode_rank(mode: str) -> int:
     return group_order([mode])[0]
 
 
-Config = tuple[str, str, int, str]  # (mode, policy, K, objective)
+Config = tuple[str, str, int, str]  # (mode, preset, K, objective)
 
 
 def config_order(key: Config) -> tuple[int, str, int, str]:
-    """Sort (mode, policy, K, objective) as sync, threaded, AReaL-style, then by policy, K."""
-    mode, policy, k, objective = key
-    return group_order(key)[0], policy, k, objective
+    """Sort (mode, preset, K, objective) as sync, threaded, AReaL-style, then by preset, K."""
+    mode, preset, k, objective = key
+    return group_order(key)[0], preset, k, objective
 
 
 def run_key(run_dir: Path) -> Config:
-    """(mode, policy, K, objective) of a run directory."""
+    """(mode, preset, K, objective) of a run directory."""
     name = RunId.from_dict(json.loads((run_dir / "summary.json").read_text())["run"])
-    return name.mode, name.policy, name.k, name.objective
+    return name.mode, name.preset, name.k, name.objective
 
 
 Row = dict[str, Any]  # one run's figures, as `rlcore.analysis.tables.run_row` gives them
@@ -85,11 +85,11 @@ def clock_title(clock: str) -> str:
     return "wall clock (this machine)" if clock == WALL_CLOCK else f"virtual clock: {clock}"
 
 
-def arm_title(mode: str, policy: str, clock: str) -> str:
-    """"AReaL-style under staleness policy 'paper', virtual clock v100x2-...": one arm of the
+def arm_title(mode: str, preset: str, clock: str) -> str:
+    """"AReaL-style under staleness preset 'paper', virtual clock v100x2-...": one arm of the
     grid, named for a figure's title."""
     on = "" if clock == WALL_CLOCK else f", virtual clock {clock}"
-    return f"{MODE_LABEL.get(mode, mode)} under staleness policy '{policy}'{on}"
+    return f"{MODE_LABEL.get(mode, mode)} under staleness preset '{preset}'{on}"
 
 
 def seconds_of(clock: str) -> str:
@@ -98,26 +98,26 @@ def seconds_of(clock: str) -> str:
 
 
 def group_rows(rows: Iterable[Row]) -> dict[Config, list[Row]]:
-    """Runs by configuration (mode, policy, K, objective), in figure order."""
+    """Runs by configuration (mode, preset, K, objective), in figure order."""
     groups: dict[Config, list[Row]] = {}
     for r in rows:
-        key = (r["mode"], r["policy"], r["staleness_k"], r["objective"])
+        key = (r["mode"], r["preset"], r["staleness_k"], r["objective"])
         groups.setdefault(key, []).append(r)
     return {k: groups[k] for k in sorted(groups, key=config_order)}
 
 
 def arm_colors(keys: Iterable[Config]) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """A colour per (mode, policy): the mode's colour for its first policy (by name), a
+    """A colour per (mode, preset): the mode's colour for its first preset (by name), a
     darker then a lighter shade for the next ones."""
-    policies: dict[str, list[str]] = {}
-    for mode, policy, _, _ in keys:
-        if policy not in policies.setdefault(mode, []):
-            policies[mode].append(policy)
+    presets: dict[str, list[str]] = {}
+    for mode, preset, _, _ in keys:
+        if preset not in presets.setdefault(mode, []):
+            presets[mode].append(preset)
     out = {}
-    for mode, names in policies.items():
-        for i, policy in enumerate(sorted(names)):
-            out[(mode, policy)] = shade(MODE_COLOR.get(mode, "#777777"),
-                                        POLICY_SHADE[i % len(POLICY_SHADE)])
+    for mode, names in presets.items():
+        for i, preset in enumerate(sorted(names)):
+            out[(mode, preset)] = shade(MODE_COLOR.get(mode, "#777777"),
+                                        PRESET_SHADE[i % len(PRESET_SHADE)])
     return out
 
 
@@ -207,8 +207,8 @@ def objectives_of(groups: dict[Config, list[Row]]) -> list[str]:
 
 def arm_ks(groups: dict[Config, list[Row]]) -> dict[tuple[str, str], list[int]]:
     ks: dict[tuple[str, str], set[int]] = {}
-    for mode, policy, k, _ in groups:
-        ks.setdefault((mode, policy), set()).add(k)
+    for mode, preset, k, _ in groups:
+        ks.setdefault((mode, preset), set()).add(k)
     return {a: sorted(v) for a, v in ks.items()}
 
 

@@ -71,8 +71,8 @@ def draw_queue_depth(traces: dict[str, Path], window: tuple[float, float],
         trace = queue_trace(read_jsonl(run_dir / "events.jsonl"))
         for q in QUEUES:
             ax.step(trace["t"], trace[q], where="post", label=QUEUE_LABEL[q], linewidth=0.9)
-        mode_, policy, k, objective = run_key(run_dir)
-        ax.set_title(f"{config_label(mode_, policy, k)}, {objective}, {run_dir.name}",
+        mode_, preset, k, objective = run_key(run_dir)
+        ax.set_title(f"{config_label(mode_, preset, k)}, {objective}, {run_dir.name}",
                      fontsize=9)
         ax.set_ylabel("depth (items)")
         ax.set_xlim(*window)
