@@ -86,7 +86,7 @@ def fake_run(root: Path, mode: str, k: int, objective: str, seed: int, *,
         "mode": mode, "staleness_k": k, "objective": objective, "seed": seed, "updates": 10,
         "tokens": {"generated": 100, "stale_dropped": stale, "interrupted": interrupted},
         "time": {"wall_s": 2.0, "cold_start_s": 1.5, "startup_s": 3.0 + seed, "job_s": 9.0,
-                 "overlap_frac": 0.5},
+                 "overlap_frac": 0.5, "started_unix": 1000.0 + seed},
         "samples": {"dropped_stale": stale // 5, "dropped_interrupted": interrupted // 5,
                     "resubmissions": interrupted},
         "load": {"contended": seed == 1},
@@ -121,6 +121,18 @@ def test_a_run_is_named_by_its_summary_not_by_its_path(tmp_path: Path):
     (row,) = load_runs(tmp_path)
     assert (row["clock"], row["mode"], row["preset"], row["staleness_k"], row["seed"]) == \
         ("wall", "areal", "paper", 2, 0)
+    # a wall-clock run's block is its seed, and its start is what says it ran in that block
+    assert (row["block"], row["started_unix"]) == (0, 1000.0)
+
+
+def test_a_virtual_run_has_no_block_and_an_older_summary_no_start(tmp_path: Path):
+    fake_run(tmp_path, "areal", 2, "pg", 1, heldout=0.5, ttt=1.0, clock="v100")
+    summary = tmp_path / "v100/areal/paper/k2/pg/seed1/summary.json"
+    data = json.loads(summary.read_text())
+    del data["time"]["started_unix"]
+    summary.write_text(json.dumps(data))
+    (row,) = load_runs(tmp_path)
+    assert (row["block"], row["started_unix"]) == (None, None)
 
 
 def test_the_runs_table_keeps_every_value_and_its_type(tmp_path: Path,

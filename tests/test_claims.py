@@ -12,11 +12,13 @@ from rlcore.analysis.claims import (
     Effect,
     Sesoi,
     arm_from_path,
+    blocked_widths,
     claim_from_config,
     claims_table,
     comparison_text,
     delta_for,
     paired_effect,
+    ran_block_by_block,
     seeds_needed,
     seeds_needed_equivalence,
     sesoi_from_config,
@@ -24,6 +26,7 @@ from rlcore.analysis.claims import (
     verdict,
 )
 from rlcore.analysis.claims_text import claims_findings, claims_markdown
+from rlcore.analysis.tables import t975
 
 
 def test_paired_effect_by_hand():
@@ -249,3 +252,62 @@ def test_each_claim_is_a_plain_sentence_on_the_front_page():
         "v100; **supported by equivalence** on this machine's clock.\n"
         "- **C6** another (seed 000, Figure 4): **equivalent (no effect that matters)** on the "
         "emulated v100.\n")
+
+
+BLOCKED = {**SPEC, "id": "C3", "metric": "wall_s", "pairing": "block",
+           "contrast": {"wall/areal/areal_defaults/k2/pg": 1, "wall/sync/none/k0/pg": -1}}
+SECONDS = {"wall_s": Sesoi(0.05, relative=True, reason="a test")}
+
+
+def _timed(mode, preset, k, seed, seconds, started):
+    return {**_row(mode, preset, k, seed, None, clock="wall"), "wall_s": seconds,
+            "started_unix": started}
+
+
+def test_a_blocked_claim_pairs_by_block_and_gives_the_unpaired_width_beside_it():
+    # arm values by block 10, 14, 12 and 9, 12, 11: the machine drifts between blocks
+    areal = [_timed("areal", "areal_defaults", 2, s, v, 100 * s + 1)
+             for s, v in enumerate([10.0, 14.0, 12.0])]
+    sync = [_timed("sync", "none", 0, s, v, 100 * s) for s, v in enumerate([9.0, 12.0, 11.0])]
+    (row,) = claims_table([claim_from_config(BLOCKED)], areal + sync, budget_min=20,
+                          sesoi=SECONDS)
+    # per block 1, 2, 1: mean 4/3, sd sqrt(1/3), se 1/3, t(2) = 4.303 -> half 1.434
+    assert row["effect"] == pytest.approx(4 / 3)
+    assert row["ci95_half"] == pytest.approx(1.434, abs=1e-3)
+    # unpaired on the same runs: var 4 and 7/3 over 3 seeds each, se^2 = 4/3 + 7/9 = 19/9,
+    # Welch df = (19/9)^2 / ((4/3)^2 / 2 + (7/9)^2 / 2) = 3.741
+    df = (19 / 9) ** 2 / ((4 / 3) ** 2 / 2 + (7 / 9) ** 2 / 2)
+    assert row["unpaired_ci95_half"] == pytest.approx(t975(df) * math.sqrt(19 / 9))
+    assert row["block_by_block"] is True
+    assert "paired by block" in row["comparison"]
+    # delta: 5 % of sync's mean 32/3 s
+    w = blocked_widths([row])
+    assert (w.rows, w.out_of_order) == (1, ())
+    assert w.blocked == pytest.approx(row["ci95_half"] / (0.05 * 32 / 3))
+    assert w.ratio == pytest.approx(row["ci95_half"] / row["unpaired_ci95_half"])
+    assert "the median 95 % half-width is" in claims_markdown([row])
+
+
+def test_runs_that_did_not_start_block_by_block_are_named():
+    claim = claim_from_config(BLOCKED)
+    rows = [_timed("areal", "areal_defaults", 2, 0, 10.0, 5.0),
+            _timed("sync", "none", 0, 0, 9.0, 0.0),
+            _timed("areal", "areal_defaults", 2, 1, 12.0, 3.0),  # seed 1 before seed 0's end
+            _timed("sync", "none", 0, 1, 11.0, 7.0)]
+    assert ran_block_by_block(claim, rows) is False
+    rows[2]["started_unix"] = None  # recorded before runs kept their start
+    assert ran_block_by_block(claim, rows) is None
+    rows[2]["started_unix"] = 6.0
+    assert ran_block_by_block(claim, rows) is True
+    rows[2]["started_unix"] = 3.0
+    (row,) = claims_table([claim], rows, budget_min=20, sesoi=SECONDS)
+    assert blocked_widths([row]).out_of_order == ("C3",)
+    assert "the runs of C3 did not start block by block" in claims_markdown([row])
+
+
+def test_rows_paired_by_seed_or_unpaired_have_no_blocked_paragraph():
+    rows = [_row("areal", "areal_defaults", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
+    rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
+    (row,) = claims_table([claim_from_config(SPEC)], rows, budget_min=20, sesoi=SESOI)
+    assert math.isnan(row["unpaired_ci95_half"]) and row["block_by_block"] is None
+    assert blocked_widths([row]) is None and "block" not in claims_markdown([row])

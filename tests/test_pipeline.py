@@ -15,7 +15,7 @@ from rlcore.clock.profile import HARDWARE_DIR
 from rlcore.config import config_from_dict
 from rlcore.errors import ConfigError
 from rlcore.pipeline.checks import check_pipeline
-from rlcore.pipeline.grid import grid_points, replay_points, run_settings
+from rlcore.pipeline.grid import block_priorities, grid_points, replay_points, run_settings
 from rlcore.tasks.reward import check_suite
 from tests.conftest import small_pipeline_config
 
@@ -49,6 +49,21 @@ class TestGrid:
         points = grid_points(checked(data))
         assert [(p["mode"], p["seed"]) for p in points] == [("sync", 0), ("areal", 0),
                                                             ("sync", 5)]
+
+    def test_wall_runs_go_block_by_block_and_virtual_ones_after(self):
+        data = small_pipeline_config()
+        data["grid"]["seeds"] = [0, 1]
+        data["grid"]["blocks"].append({"modes": ["areal"], "presets": ["paper"], "ks": [8],
+                                       "objectives": ["pg"], "seeds": [2]})
+        data["grid"]["blocks"].append({"modes": ["sync"], "presets": ["none"], "ks": [0],
+                                       "objectives": ["pg"], "clock": f"virtual:{V100}"})
+        priority = block_priorities(checked(data))
+        # the highest runs first: seed 0's sync and areal, then seed 1's, then seed 2's
+        assert sorted(priority, key=priority.get, reverse=True) == [
+            "wall/sync/none/k0/pg/seed0", "wall/areal/paper/k1/pg/seed0",
+            "wall/sync/none/k0/pg/seed1", "wall/areal/paper/k1/pg/seed1",
+            "wall/areal/paper/k8/pg/seed2"]
+        assert sorted(priority.values()) == [1, 2, 3, 4, 5]  # virtual runs: none, so 0
 
     def test_a_points_settings_are_run_then_its_preset_then_the_point(self):
         data = small_pipeline_config()

@@ -9,7 +9,12 @@ under staleness while decoupled holds" is a difference of differences over four 
 The effect is the contrast of the arms' values, with a two-sided 95 % t interval:
 - paired (`pairing: seed`): per seed present in every arm, the contrast of that seed's
   values; their mean and t interval (n - 1 degrees of freedom);
-- unpaired: the contrast of the arms' means, Welch-Satterthwaite degrees of freedom.
+- blocked (`pairing: block`, this machine's runs): the same, a seed's runs being a block the
+  pipeline runs back to back, so that the machine's drift between hours falls between
+  blocks; the row also gives the unpaired interval's half-width on the same runs, and
+  whether the runs did start block by block (`started_unix`);
+- unpaired (`pairing: none`): the contrast of the arms' means, Welch-Satterthwaite degrees
+  of freedom.
 
 Each metric has a smallest effect size of interest, delta (`sesoi:` in the config, absolute
 or a share of the reference arm's mean): an effect within +-delta does not matter. The
@@ -95,7 +100,7 @@ class Claim:
     source: str
     metric: str
     expect: Literal["positive", "negative"]
-    pairing: Literal["seed", "none"]
+    pairing: Literal["seed", "block", "none"]
     arms: tuple[Arm, ...]
     or_equivalent: bool = False
 
@@ -132,7 +137,8 @@ def comparison_text(claim: Claim) -> str:
         parts.append(f"{sign}{coef}{arm.label()}")
     clock = "this machine's clock" if claim.clock == WALL_CLOCK \
         else f"virtual clock ({claim.clock})"
-    pairing = "paired by seed" if claim.pairing == "seed" else "unpaired"
+    pairing = {"seed": "paired by seed", "block": "paired by block (a seed's runs, back to back)",
+               "none": "unpaired"}[claim.pairing]
     return f"{' '.join(parts)}; {claim.metric}; {clock}; {pairing}"
 
 
@@ -256,6 +262,22 @@ def arm_values(rows: Iterable[Mapping[str, Any]], arm: Arm, metric: str) -> dict
     return out
 
 
+def ran_block_by_block(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> bool | None:
+    """Whether the runs of the claim's arms started in block order (every run of seed s
+    before any of a later seed); None when a run's start was not recorded."""
+    keys = {a.key() for a in claim.arms}
+    starts = [(r.get("started_unix"), int(r["seed"])) for r in rows if row_key(r) in keys]
+    if any(t is None for t, _ in starts):
+        return None
+    seeds = [s for _, s in sorted(starts)]
+    return seeds == sorted(seeds)
+
+
+def half_width(effect: Effect) -> float:
+    """Half the 95 % interval's width (nan without one)."""
+    return (effect.hi - effect.lo) / 2
+
+
 def job_s_per_seed(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> float:
     """This machine's seconds one more seed of the claim's arms costs: the median `job_s`
     of each arm's jobs, summed, with the live run each replay arm replays (once); nan when
@@ -277,11 +299,9 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
     the budget has left for more seeds; `sesoi` gives each metric's delta."""
     per_arm = [arm_values(rows, arm, claim.metric) for arm in claim.arms]
     weights = [a.weight for a in claim.arms]
-    paired = claim.pairing == "seed"
-    if paired:
-        effect = paired_effect(per_arm, weights)
-    else:
-        effect = unpaired_effect([list(v.values()) for v in per_arm], weights)
+    paired = claim.pairing != "none"
+    unpaired = unpaired_effect([list(v.values()) for v in per_arm], weights)
+    effect = paired_effect(per_arm, weights) if paired else unpaired
     missing = [a.label() for a, v in zip(claim.arms, per_arm, strict=True) if not v]
     delta = delta_for(claim, per_arm, sesoi)
     need = seeds_needed(effect.mean, effect.spread, paired)
@@ -306,6 +326,10 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
         "ci95_hi": effect.hi,
         "ci90_lo": lo90,
         "ci90_hi": hi90,
+        "ci95_half": half_width(effect),
+        # a blocked row: the unpaired interval on the same runs, and whether they ran as blocks
+        "unpaired_ci95_half": half_width(unpaired) if claim.pairing == "block" else math.nan,
+        "block_by_block": ran_block_by_block(claim, rows) if claim.pairing == "block" else None,
         "delta": delta,
         "seeds": effect.seeds,
         "seeds_needed": need,
@@ -329,3 +353,32 @@ def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]],
     their `job_s`; `sesoi` gives each claim's metric its delta."""
     spare = budget_min - sum(float(r["job_s"]) for r in rows) / 60
     return [evaluate(c, rows, spare, sesoi) for c in claims]
+
+
+@dataclass(frozen=True)
+class BlockedWidths:
+    """The blocked rows' 95 % half-widths against the unpaired ones on the same runs, each in
+    its row's delta (the rows' metrics differ in units), as medians over the rows."""
+
+    rows: int
+    blocked: float  # median half-width / delta, paired by block
+    unpaired: float  # median half-width / delta, unpaired
+    ratio: float  # median of blocked / unpaired, row by row
+    out_of_order: tuple[str, ...]  # claims whose runs did not start block by block
+
+
+def blocked_widths(table: Sequence[Mapping[str, Any]]) -> BlockedWidths | None:
+    """How much pairing by block narrows the intervals of the blocked rows (their widths,
+    not their verdicts: a wider interval agrees more often and says less); None without a
+    blocked row with both intervals."""
+    rows = [r for r in table if not math.isnan(r["unpaired_ci95_half"])
+            and not math.isnan(r["ci95_half"]) and r["delta"] > 0]
+    if not rows:
+        return None
+    ratios = [r["ci95_half"] / r["unpaired_ci95_half"] for r in rows if r["unpaired_ci95_half"]]
+    return BlockedWidths(
+        rows=len(rows),
+        blocked=statistics.median(r["ci95_half"] / r["delta"] for r in rows),
+        unpaired=statistics.median(r["unpaired_ci95_half"] / r["delta"] for r in rows),
+        ratio=statistics.median(ratios) if ratios else math.nan,
+        out_of_order=tuple(r["claim"] for r in rows if r["block_by_block"] is False))

@@ -120,6 +120,10 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         # virtual run has no start-up on its profile's hardware to report
         "startup_s": s["time"]["startup_s"] if clock == WALL_CLOCK else None,
         "job_s": s["time"]["job_s"],  # this machine's, on any clock: what a seed costs here
+        # a wall-clock run's block is its seed: the pipeline runs them seed by seed, and
+        # started_unix (absent before it was recorded) says whether they did
+        "block": name.seed if clock == WALL_CLOCK and name.replayed is None else None,
+        "started_unix": s["time"].get("started_unix"),
         "contended": s["load"]["contended"],
         "overlap_frac": s["time"]["overlap_frac"],
         "tokens_generated": t["generated"],

@@ -14,7 +14,7 @@ import copy
 from typing import Any
 
 from rlcore.config import config_from_dict
-from rlcore.record.identity import WALL_CLOCK
+from rlcore.record.identity import WALL_CLOCK, RunId
 
 Point = dict[str, Any]  # clock, mode, preset, k, objective, seed (and replayed, for a replay)
 
@@ -56,6 +56,17 @@ def grid_points(config: dict[str, Any]) -> list[Point]:
 def wall_points(config: dict[str, Any]) -> list[Point]:
     """The grid points timed by the wall clock."""
     return [p for p in grid_points(config) if p["clock"] == WALL_CLOCK]
+
+
+def block_priorities(config: dict[str, Any]) -> dict[str, int]:
+    """The order of the wall-clock runs, as Snakemake priorities (the highest runs first):
+    block by block, a block being one seed's runs in the grid's order (sync seed 0, AReaL-style
+    seed 0, threaded seed 0, ..., then seed 1), so that the arms a live claim compares run
+    back to back and the machine's drift between hours falls between blocks, not between
+    arms. Keyed by the run's path (`RunId.path`); every other job keeps priority 0."""
+    walls = wall_points(config)
+    order = sorted(range(len(walls)), key=lambda i: (walls[i]["seed"], i))
+    return {RunId(**walls[i]).path(): len(walls) - rank for rank, i in enumerate(order)}
 
 
 def replay_points(config: dict[str, Any]) -> list[Point]:

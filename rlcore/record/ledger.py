@@ -82,6 +82,8 @@ class RunLedger:
         self.t0 = clock.now()
         # What the job spent before this run began: interpreter start, imports, config.
         self.startup_s = process_age_s() or 0.0
+        # When the job began, in this machine's epoch seconds: which runs ran back to back
+        self.started_unix = time.time() - self.startup_s
         self._host_t0 = time.perf_counter()  # on any clock: what the job costs this machine
         self.samples: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
@@ -282,6 +284,7 @@ class RunLedger:
             reload_s=tuple(self.reload_s),
             token_staleness={k: tuple(v) for k, v in self.token_staleness.items()},
             startup_s=self.startup_s,
+            started_unix=self.started_unix,
             job_s=self.startup_s + time.perf_counter() - self._host_t0,
             spans={r: metrics.merge_spans(self.spans[r]) for r in ROLES},
             busy_s={r: self.busy_s(r) for r in ROLES})

@@ -29,6 +29,7 @@ class LedgerSnapshot:
     reload_s: Sequence[float]  # each weight reload of a rollout worker
     token_staleness: Mapping[str, Sequence[int]]  # per-token staleness, by sample status
     startup_s: float  # the job's start-up before the run began
+    started_unix: float  # when the job began, epoch seconds of this machine's clock
     job_s: float  # this machine's seconds from the job's start to now, whatever the run's clock
     spans: Mapping[str, Sequence[tuple[float, float]]]  # busy spans per role, merged
     busy_s: Mapping[str, float]  # busy seconds per role, untraced handler time included
@@ -96,6 +97,7 @@ def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
             "cold_start_s": cold_start_s,
             "startup_s": led.startup_s,
             "job_s": led.job_s,
+            "started_unix": led.started_unix,
             "rollout_busy_s": led.busy_s["rollout"],
             "controller_busy_s": led.busy_s["controller"],
             "trainer_busy_s": led.busy_s["trainer"],

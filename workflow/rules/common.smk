@@ -19,7 +19,13 @@ from rlcore.code_digest import (
 from rlcore.config import MODES, config_from_dict
 from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
-from rlcore.pipeline.grid import clock_name, grid_points, replay_points, run_settings
+from rlcore.pipeline.grid import (
+    block_priorities,
+    clock_name,
+    grid_points,
+    replay_points,
+    run_settings,
+)
 from rlcore.record.identity import (
     FILE_PATTERN,
     REPLAY_PATTERN,
@@ -123,6 +129,18 @@ def job_threads(wildcards):
 
 def job_gpus(wildcards):
     return 2 if timed_alone(wildcards) else 1
+
+
+# Wall-clock runs go block by block (rlcore.pipeline.grid.block_priorities: seed 0's runs,
+# then seed 1's, ...), so that a live claim compares arms that ran minutes apart, paired by
+# block. Priorities, not job groups: a group would run its jobs as one job, where each run
+# must hold the machine alone; a priority only orders them. Their configs get the same
+# priority, so that the next run in line is never waiting on its config.
+BLOCK_PRIORITY = block_priorities(config)
+
+
+def block_priority(wildcards):
+    return BLOCK_PRIORITY.get(RUN_PATTERN.format(**dict(wildcards.items())), 0)
 
 
 # Every run's and replay's row (rlcore.analysis.tables.write_runs): what analysis reads.

@@ -3,6 +3,7 @@ rule run_config:
         f"{R}/configs/{FILE_PATTERN}.json",
     log:
         f"{R}/logs/configs/{FILE_PATTERN}.log",
+    priority: block_priority
     conda:
         "../envs/rlcore.yaml"
     params:
@@ -24,6 +25,7 @@ rule run:
         eval=f"{R}/runs/{RUN_PATTERN}/eval.json",
     log:
         f"{R}/logs/runs/{FILE_PATTERN}.log",
+    priority: block_priority
     conda:
         "../envs/rlcore.yaml"
     threads: job_threads
