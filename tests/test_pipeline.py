@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from snakemake.utils import validate
+from snakemake.utils import update_config, validate
 
 from rlcore.clock.profile import HARDWARE_DIR
 from rlcore.config import config_from_dict
+from rlcore.config.files import parse_yaml
 from rlcore.errors import ConfigError
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import block_priorities, grid_points, replay_points, run_settings
@@ -65,6 +66,25 @@ class TestGrid:
             "wall/areal/paper/k8/pg/seed2"]
         assert sorted(priority.values()) == [1, 2, 3, 4, 5]  # virtual runs: none, so 0
 
+    def test_the_resolving_overlay_runs_the_emulated_arms_at_the_seeds_their_claims_need(self):
+        """config/resolve.yaml laid over config/config.yaml, as Snakemake lays a second
+        --configfile: the default's live runs, the emulated K = 2 arms and sync at 26 seeds,
+        the paper's preset at K = 1 and 8 at 20 with both replays, the default's claims."""
+        shipped = parse_yaml((ROOT / "config" / "config.yaml").read_text())
+        config = parse_yaml((ROOT / "config" / "config.yaml").read_text())
+        update_config(config, parse_yaml((ROOT / "config" / "resolve.yaml").read_text()))
+        config = checked(config)
+        points = grid_points(config)
+        walls = [p for p in points if p["clock"] == "wall"]
+        emulated = [p for p in points if p["clock"] == V100]
+        assert (len(walls), len(emulated)) == (3 * 3 + 2 * 4, 26 * 3 + 20 * 2)
+        assert {p["seed"] for p in emulated if p["k"] == 2} == set(range(26))
+        assert {p["seed"] for p in emulated if p["k"] in (1, 8)} == set(range(20))
+        assert len(replay_points(config)) == 20 * 2 * 2
+        assert [(c["id"], c["contrast"]) for c in config["claims"]] == \
+            [(c["id"], c["contrast"]) for c in shipped["claims"]]
+        assert config["results"] == "results/resolve"
+
     def test_a_points_settings_are_run_then_its_preset_then_the_point(self):
         data = small_pipeline_config()
         data["grid"]["blocks"].append({"modes": ["areal"], "presets": ["paper"], "ks": [8],
@@ -105,7 +125,10 @@ GSM8K_LINE = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
 
 class TestChecks:
     @pytest.mark.parametrize(("edit", "message"), [
-        (lambda d: d.update(build_base=False), "is not a Hugging Face model directory"),
+        # a path no run builds: the default's models/tiny is there after a make run
+        (lambda d: (d.update(build_base=False),
+                    d["run"].setdefault("model", {}).update(path="models/not-built")),
+         "is not a Hugging Face model directory"),
         (lambda d: d["grid"]["blocks"][1].update(presets=["papr"]),
          "names preset 'papr', which is not in presets ['none', 'paper']"),
         (lambda d: d["grid"]["blocks"][0].update(ks=[0, 2]), "sync is on-policy"),
