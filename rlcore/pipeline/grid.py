@@ -64,9 +64,8 @@ def block_priorities(config: dict[str, Any]) -> dict[str, int]:
     seed 0, threaded seed 0, ..., then seed 1), so that the arms a live claim compares run
     back to back and the machine's drift between hours falls between blocks, not between
     arms. Keyed by the run's path (`RunId.path`); every other job keeps priority 0."""
-    walls = wall_points(config)
-    order = sorted(range(len(walls)), key=lambda i: (walls[i]["seed"], i))
-    return {RunId(**walls[i]).path(): len(walls) - rank for rank, i in enumerate(order)}
+    walls = sorted(wall_points(config), key=lambda p: p["seed"])  # stable: grid order within
+    return {RunId(**p).path(): len(walls) - rank for rank, p in enumerate(walls)}
 
 
 def replay_points(config: dict[str, Any]) -> list[Point]:
