@@ -69,6 +69,7 @@ def small_pipeline_config() -> dict[str, Any]:
              "metric": "short_bias", "expect": "negative", "pairing": "seed",
              "contrast": {"wall/areal/paper/k1/pg": 1}},
         ],
+        "reported": {"T1": {"figure": "a 0.1 gain", "differs": "a smaller model"}},
         "sesoi": {"heldout_pass_rate": {"delta": 0.02, "relative": False, "reason": "a test"},
                   "short_bias": {"delta": 0.05, "relative": False, "reason": "a test"}},
     }

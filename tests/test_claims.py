@@ -25,7 +25,7 @@ from rlcore.analysis.claims import (
     unpaired_effect,
     verdict,
 )
-from rlcore.analysis.claims_text import claims_findings, claims_markdown
+from rlcore.analysis.claims_text import claims_findings, claims_markdown, paper_beside
 from rlcore.analysis.tables import t975
 
 
@@ -252,6 +252,33 @@ def test_each_claim_is_a_plain_sentence_on_the_front_page():
         "v100; **supported by equivalence** on this machine's clock.\n"
         "- **C6** another (seed 000, Figure 4): **equivalent (no effect that matters)** on the "
         "emulated v100.\n")
+
+
+def test_the_paper_beside_us_sets_each_claims_figure_beside_its_verdicts():
+    """One row per claim statement: the source's figure and reason on the claim's first row
+    only, the emulated and live verdicts in their columns, 'not tested' where none."""
+    claim = claim_from_config(SPEC)
+    rows = [_row("areal", "areal_defaults", 2, s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
+    rows += [_row("sync", "none", 0, s, v) for s, v in enumerate([0.0, 0.0, 1.0])]
+    (row,) = claims_table([claim], rows, budget_min=20, sesoi=SESOI)
+    live = {**row, "clock": "wall", "verdict": SUPPORTED, "basis": "equivalence"}
+    threaded = {**row, "statement": "against threaded", "verdict": EQUIVALENT}
+    other = {**row, "claim": "C6", "statement": "another", "verdict": CONTRADICTED}
+    reported = {"C5": {"figure": "0.153 vs 0.104", "differs": "a tiny | model"}}
+    assert paper_beside([row, live, threaded, other], reported).splitlines() == [
+        "| claim (source) | the source reported | emulated (v100) | this machine | why they "
+        "may differ |",
+        "|---|---|---|---|---|",
+        "| **C5** AReaL-style has the highest reward per 1k tokens (seed 000, Figure 4) | 0.153 "
+        "vs 0.104 | supported | supported "
+        "by equivalence | a tiny \\| model |",
+        "| **C5** against threaded (seed 000, Figure 4) |  | equivalent (no effect that "
+        "matters) | not tested |  |",
+        "| **C6** another (seed 000, Figure 4) |  | contradicted | not tested |  |"]
+    # two emulated clocks: each verdict names its own
+    h100 = {**row, "clock": "h100", "verdict": UNRESOLVED}
+    assert "| supported on v100; unresolved at this power on h100 |" in paper_beside(
+        [row, h100], {})
 
 
 BLOCKED = {**SPEC, "id": "C3", "metric": "wall_s", "pairing": "block",

@@ -176,6 +176,10 @@ def test_claims_table_compares_the_arms_it_names(pipeline: Path):
     findings = (results / "tables" / "findings.md").read_text().splitlines()
     assert findings[0] == ("- **T1** AReaL-style beats sync (a test): **unresolved at this "
                            "power** on this machine's clock.") and len(findings) == 3
+    # the paper beside us: T1's figure and reason from config `reported`, T2 has none
+    paper = (results / "tables" / "paper_beside.md").read_text().splitlines()
+    assert paper[2] == ("| **T1** AReaL-style beats sync (a test) | a 0.1 gain | not tested | "
+                        "unresolved at this power | a smaller model |") and len(paper) == 5
     page = (results / "report.html").read_text()
     assert page.index("Findings</h1>") < page.index("AReaL-style beats sync (a test)") \
         < page.index("What was run</h1>")

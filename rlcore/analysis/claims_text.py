@@ -75,6 +75,16 @@ def _plain(text: str) -> str:
     return re.sub(r"([\\`*_|])", r"\\\1", text)
 
 
+def verdict_words(row: Mapping[str, Any]) -> str:
+    """A claims row's verdict in words: 'equivalent (no effect that matters)', 'supported by
+    equivalence' for a does-not-improve claim settled so, else the verdict itself."""
+    if row["verdict"] == EQUIVALENT:
+        return f"{row['verdict']} (no effect that matters)"
+    if row["basis"] == "equivalence":
+        return f"{row['verdict']} by equivalence"
+    return str(row["verdict"])
+
+
 def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
     """One plain sentence per claim of the claims table (what its source said, and the
     verdict on each clock it was tested on), as a list that reads the same in Markdown and
@@ -82,14 +92,41 @@ def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
     the table's."""
     found: dict[tuple[str, str, str], list[str]] = {}
     for r in table:
-        verdict_text = r["verdict"]
-        if r["verdict"] == EQUIVALENT:
-            verdict_text += " (no effect that matters)"
-        elif r["basis"] == "equivalence":
-            verdict_text += " by equivalence"
         on = "this machine's clock" if r["clock"] == WALL_CLOCK else f"the emulated {r['clock']}"
         found.setdefault((r["claim"], r["statement"], r["source"]), []).append(
-            f"**{_plain(verdict_text)}** on {_plain(on)}")
+            f"**{_plain(verdict_words(r))}** on {_plain(on)}")
     return "".join(f"- **{claim}** {_plain(statement)} ({_plain(source)}): "
                    f"{'; '.join(verdicts)}.\n"
                    for (claim, statement, source), verdicts in found.items())
+
+
+def paper_beside(table: Sequence[Mapping[str, Any]],
+                 reported: Mapping[str, Mapping[str, str]]) -> str:
+    """The paper beside us, as Markdown: per claim statement, what its source reported
+    (config `reported`, by claim id), the verdict on the emulated clock and on this
+    machine's, and why the two settings may differ; a claim's rows share its first row's
+    figure and reason."""
+    virtual = sorted({r["clock"] for r in table if r["clock"] != WALL_CLOCK})
+    verdicts: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    for r in table:
+        cells = verdicts.setdefault((r["claim"], r["statement"], r["source"]),
+                                    {"live": [], "emulated": []})
+        if r["clock"] == WALL_CLOCK:
+            cells["live"].append(verdict_words(r))
+        else:
+            on = f" on {r['clock']}" if len(virtual) > 1 else ""
+            cells["emulated"].append(verdict_words(r) + on)
+    emulated = f"emulated ({', '.join(virtual)})" if len(virtual) == 1 else "emulated"
+    lines = [f"| claim (source) | the source reported | {emulated} | this machine | why they "
+             "may differ |", "|---|---|---|---|---|"]
+    seen: set[str] = set()
+    for (claim, statement, source), cells in verdicts.items():
+        given = reported.get(claim, {}) if claim not in seen else {}
+        seen.add(claim)
+        lines.append(
+            f"| **{claim}** {_plain(statement)} ({_plain(source)}) | "
+            f"{_plain(given.get('figure', ''))} | "
+            f"{'; '.join(cells['emulated']) or 'not tested'} | "
+            f"{'; '.join(cells['live']) or 'not tested'} | "
+            f"{_plain(given.get('differs', ''))} |")
+    return "\n".join(lines) + "\n"

@@ -109,8 +109,8 @@ def check_grid(config: dict[str, Any]) -> None:
 
 
 def check_claims(config: dict[str, Any]) -> None:
-    """Every arm of every claim is a run or a replay of the grid, and every claim's metric
-    has its smallest effect of interest (`sesoi`)."""
+    """Every arm of every claim is a run or a replay of the grid, every claim's metric has
+    its smallest effect of interest (`sesoi`), and `reported` is keyed by claim ids."""
     runs = {RunId(**p).arm() for p in grid_points(config)}
     replays = {RunId(**p).arm() for p in replay_points(config)}
     sesoi = config.get("sesoi", {})
@@ -128,6 +128,12 @@ def check_claims(config: dict[str, Any]) -> None:
                     f"claims[{i}] ({claim['id']}) names the {kind} arm '{arm}', which the "
                     "grid does not make: add it to grid.blocks (a run) or grid.replays (a "
                     "replay), or change the claim's contrast")
+    ids = {claim["id"] for claim in config.get("claims", [])}
+    for claim_id in config.get("reported", {}):
+        if claim_id not in ids:
+            raise ConfigError(
+                f"reported.{claim_id} names no claim of `claims` "
+                f"({', '.join(sorted(ids)) or 'none'}): key it by a claim's id, or remove it")
 
 
 def check_model_path(config: dict[str, Any]) -> None:

@@ -76,6 +76,12 @@ rule claims:
             caption="../../reports/findings.rst",
             category="Claims",
         ),
+        # each claim's source's own figure beside our verdicts (config `reported`)
+        paper=report(
+            f"{R}/tables/paper_beside.md",
+            caption="../../reports/paper_beside.rst",
+            category="Claims",
+        ),
         forest=report(
             f"{R}/figures/claims_forest.png",
             caption="../../reports/claims_forest.rst",
@@ -90,6 +96,7 @@ rule claims:
         claims=config.get("claims", []),
         budget_min=config["claims_budget_min"],
         sesoi=config.get("sesoi", {}),
+        reported=config.get("reported", {}),
         code=analysis_code("claims.py"),
     script:
         "../scripts/claims.py"

@@ -291,12 +291,13 @@ def replay_outputs():
 
 
 def claims_outputs():
-    """The claims table and its forest plot (none without `claims`)."""
+    """The claims table, the paper beside it and its forest plot (none without `claims`)."""
     if not config.get("claims"):
         return []
     return [
         f"{R}/tables/claims.csv",
         f"{R}/tables/claims.md",
+        f"{R}/tables/paper_beside.md",
         f"{R}/figures/claims_forest.png",
         f"{R}/figures/claims_forest.svg",
     ]

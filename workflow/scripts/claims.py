@@ -1,5 +1,5 @@
 """The claims table from the runs and replays its claims name (rlcore.analysis.claims), its
-findings in words (the report's front page) and its forest plot."""
+findings in words (the report's front page), the paper beside it and its forest plot."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ from rlcore.analysis.claims import (
     row_key,
     sesoi_from_config,
 )
-from rlcore.analysis.claims_text import claims_findings, claims_markdown
+from rlcore.analysis.claims_text import claims_findings, claims_markdown, paper_beside
 from rlcore.analysis.figures.claims import draw_claims_forest
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.analysis.tables import logged, read_runs, write_csv
@@ -27,6 +27,7 @@ def main(smk):
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
     Path(smk.output.findings).write_text(claims_findings(table))
+    Path(smk.output.paper).write_text(paper_beside(table, smk.params.reported))
     draw_claims_forest(table, smk.output.forest, smk.output.forest_svg)
 
 
