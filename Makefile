@@ -29,7 +29,10 @@ TORCH_INDEX ?=
 LOCK := requirements.lock
 # The torch release `make lock` starts from; `make setup` takes the one in the lock.
 TORCH_VERSION ?= 2.13.0
-REPORT ?= results/report.html
+# The report goes beside the results: the `results:` of the last config file that sets it
+# (an overlay such as config/resolve.yaml has its own), else results/.
+RESULTS := $(or $(lastword $(foreach f,$(CONFIG),$(shell sed -n 's/^results: *\([^ #]*\).*/\1/p' $(f)))),results)
+REPORT ?= $(RESULTS)/report.html
 # Snakemake's jobs call `rlcore` and the scripts' python from the venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 SNAKEMAKE := snakemake --profile workflow/profiles/default \
