@@ -21,7 +21,9 @@ from rlcore.tasks.reward import check_tasks, evaluate_response
 from rlcore.tasks.suites import Task
 from tests.conftest import small_config
 
-MATH = RewardConfig(verifier="math", timeout_sec=2.0)
+# Long enough that a loaded machine (a worker restarting, sympy parsing a new gold) is not
+# read as a timeout: these tests are about verdicts; the timeout has its own test below.
+MATH = RewardConfig(verifier="math", timeout_sec=10.0)
 
 # (gold answer, response, math-verify's expected verdict). The gold is what a task file's
 # preset extracts: GSM8K's '#### N' (separators removed), MATH's last \boxed{...}.
