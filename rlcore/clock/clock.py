@@ -9,12 +9,13 @@ with it every asynchronous decision, is a function of its config.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Protocol
 
 from rlcore.clock.profile import HardwareProfile
 from rlcore.clock.virtual import VirtualClock
-from rlcore.clock.work import Work
+from rlcore.clock.work import Work, WorkTally
 from rlcore.config import RuntimeConfig
 
 
@@ -33,6 +34,11 @@ class Clock(Protocol):
         """Report a computation the caller has just done (virtual: its price passes)."""
         ...
 
+    def take_work(self) -> dict[str, float]:
+        """What the calling role reported since it last took this, term by term
+        (`work.py::terms`): the work of the busy span it is ending."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """summary.json's `clock`: which clock timed the run, and on what hardware profile."""
         ...
@@ -44,17 +50,39 @@ class WallClock:
     virtual: bool = False
     profile: HardwareProfile | None = None
 
+    def __init__(self) -> None:
+        self._local = threading.local()  # a tally per role: the threaded baseline's threads
+
     def now(self) -> float:
         return time.monotonic()
 
+    def _tally(self) -> WorkTally:
+        tally = getattr(self._local, "tally", None)
+        if tally is None:
+            tally = self._local.tally = WorkTally()
+        return tally
+
     def charge(self, work: Work) -> None:
-        """The work took its real time already: nothing to add."""
+        """The work took its real time already: it is only tallied, for the span it is in."""
+        self._tally().add(work)
+
+    def take_work(self) -> dict[str, float]:
+        return self._tally().take()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to a worker process, the wall clock is that process's own WALL: one tally per
+        # role there, whichever reference a role charges through.
+        return (_wall, ())
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "wall", "hardware": None, "profile_digest": None, "charged_s": None}
 
 
 WALL = WallClock()
+
+
+def _wall() -> WallClock:
+    return WALL
 
 
 def clock_for(runtime: RuntimeConfig, *, shared_interpreter: bool = False) -> Clock:

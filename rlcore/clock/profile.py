@@ -133,6 +133,12 @@ class HardwareProfile:
         "help": "the rollout worker and the trainers compute on one shared accelerator (their "
                 "device work slows each other, as `cpu` does for cores); null or absent: each "
                 "role has its own device"})
+    host: str | None = dataclasses.field(default=None, metadata={
+        "help": "the CPU the costs were measured on (`rlcore.kernels.cpu_name`); null or "
+                "absent: derived, or not recorded"})
+    kernels: str | None = dataclasses.field(default=None, metadata={
+        "help": "the kernel level they were measured with (runtime.kernels: portable or "
+                "native); null or absent: not recorded"})
 
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware."""
@@ -185,7 +191,7 @@ class HardwareProfile:
 
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
-OPTIONAL_KEYS = ("accelerator",)
+OPTIONAL_KEYS = ("accelerator", "host", "kernels")
 
 
 def profile_schema() -> dict[str, Any]:
@@ -237,8 +243,13 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         data = parse_yaml(path.read_text())
     except ConfigError as e:
         raise ConfigError(f"hardware profile {path}: {e}") from e
+    return profile_from_dict(data, str(path))
+
+
+def profile_from_dict(data: dict[str, Any], where: str = "(in memory)") -> HardwareProfile:
+    """A validated profile from its file's contents; errors name `where` and the key."""
     errors = validation_errors(profile_schema(), data)
     if errors:
-        raise ConfigError(f"hardware profile {path}: " + "; ".join(
+        raise ConfigError(f"hardware profile {where}: " + "; ".join(
             e.replace("config key", "key") for e in errors))
     return typing.cast(HardwareProfile, _build(HardwareProfile, data))

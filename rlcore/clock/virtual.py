@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
-from rlcore.clock.work import Work
+from rlcore.clock.work import Work, WorkTally
 from rlcore.config import RuntimeConfig
 
 MAIN = "controller"  # the role of the thread that creates the clock
@@ -58,6 +58,7 @@ class _Role:
     left: bool = False  # its function has returned
     pool: _Pool | None = None  # the processors it is computing on now, when shared
     charged: float = 0.0  # seconds of work it has been charged, at full speed
+    tally: WorkTally = field(default_factory=WorkTally)  # its work since it last took it
 
 
 def shared_speed(n: int, processors: int | None, slowdown: float) -> float:
@@ -122,7 +123,12 @@ class VirtualClock:
         seconds = self._costs.seconds(work)
         term = type(work).__name__.lower()
         self.charged[term] = self.charged.get(term, 0.0) + seconds
-        if self.closed or seconds <= 0:
+        if self.closed:
+            return
+        role = getattr(self._local, "role", None)
+        if role is not None:
+            role.tally.add(work)
+        if seconds <= 0:
             return
         me, start = self._me(), self._now
         me.charged += seconds
@@ -143,6 +149,9 @@ class VirtualClock:
         with self._lock:
             self._set_wake(me, start + seconds)
         self._switch(me)
+
+    def take_work(self) -> dict[str, float]:
+        return self._me().tally.take()
 
     def wait_for(self, ready: Callable[[], bool], channel: object, timeout: float | None
                  ) -> bool:

@@ -67,3 +67,47 @@ class Commit:
 
 
 Work = Decode | Prefill | Update | Weights | Reward | Handle | Commit
+
+
+def terms(work: Work) -> dict[str, float]:
+    """The profile coefficients that price `work` ('SECTION.FIELD', as in a profile file),
+    each with the quantity it multiplies; a copy's bandwidth term is 'SECTION.per_gb', the
+    gigabytes (1e9 bytes) copied, priced at 1 / gb_per_s. What `rlcore calibrate
+    --from-runs` regresses a span's seconds on."""
+    match work:
+        case Decode():
+            return {"decode.step_s": work.steps, "decode.per_row_s": work.rows,
+                    "decode.per_row_context_s": work.row_context}
+        case Prefill():
+            return {"prefill.call_s": work.calls, "prefill.per_token_s": work.tokens}
+        case Update():
+            return {"update.call_s": 1, "update.per_token_s": work.tokens}
+        case Weights():
+            section = "weight_write" if work.direction == "write" else "weight_read"
+            return {f"{section}.call_s": 1, f"{section}.per_gb": work.nbytes / 1e9}
+        case Reward():
+            kind = {"code": "code_s", "math": "math_s"}.get(work.kind, "answer_s")
+            return {f"reward.{kind}": 1}
+        case Handle():
+            return {"controller.message_s": 1, "controller.per_sample_s": work.samples}
+        case Commit():
+            return {"commit.call_s": 1}
+    raise TypeError(f"no cost term for {work!r}")
+
+
+class WorkTally:
+    """The work a role reported since it last took the tally, summed term by term: what a
+    busy span of it computed (its `work` in events.jsonl)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+
+    def add(self, work: Work) -> None:
+        for key, quantity in terms(work).items():
+            self._sums[key] = self._sums.get(key, 0) + quantity
+
+    def take(self) -> dict[str, float]:
+        """The sums since the last take, in sorted order, and a fresh start."""
+        out = {k: self._sums[k] for k in sorted(self._sums)}
+        self._sums = {}
+        return out

@@ -29,7 +29,7 @@ from rlcore.clock.profile import (
     TokenCost,
 )
 from rlcore.config import RunConfig
-from rlcore.kernels import pin
+from rlcore.kernels import cpu_name, pin
 from rlcore.measure.sharing import concurrent_slowdown, decode_work, gil_share, update_work
 from rlcore.measure.timings import (
     Fit,
@@ -75,7 +75,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         controller=ControllerCost(controller.coef[0], controller.coef[1]),
         commit=CommitCost(commit_s),
         **sharing(resolve_device(cfg.model.rollout_device, "rollout"),
-                  resolve_device(cfg.model.trainer_device, "trainer"), cores, slowdown))
+                  resolve_device(cfg.model.trainer_device, "trainer"), cores, slowdown),
+        host=cpu_name(), kernels=cfg.runtime.kernels)
     fits = {"decode": decode, "prefill": prefill, "update": update, "weight_write": write,
             "weight_read": read, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "

@@ -59,9 +59,22 @@ def _bench(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from rlcore.measure.calibrate import calibrate, write_profile
 
-    cfg = load_config(args.config, args.set)
     out = Path(args.out)
-    profile, report = calibrate(cfg, args.name or out.stem, args.repeats)
+    if args.from_runs:
+        from rlcore.clock.profile import load_profile
+        from rlcore.measure.in_situ import calibrate_from_runs
+
+        if args.config or args.set:
+            raise ConfigError("--from-runs fits the runs' own spans: give run directories and "
+                              "no CONFIG or --set (the runs' configs are theirs)")
+        profile, report = calibrate_from_runs(args.from_runs, load_profile(args.base),
+                                              args.name or out.stem)
+    elif not args.config:
+        raise ConfigError("give a CONFIG to time each term on this machine, or --from-runs "
+                          "RUN_DIR... to fit live runs' busy spans (docs/virtual_clock.md)")
+    else:
+        cfg = load_config(args.config, args.set)
+        profile, report = calibrate(cfg, args.name or out.stem, args.repeats)
     print(f"hardware profile {profile.name} on {profile.machine}\n{report}")
     write_profile(profile, report, out)
     print(f"-> {out}")
@@ -123,7 +136,15 @@ def _bench_arguments(n: argparse.ArgumentParser) -> None:
 
 
 def _calibrate_arguments(c: argparse.ArgumentParser) -> None:
-    add_config(c)
+    c.add_argument("config", nargs="?",
+                   help="run or pipeline config whose model and devices to time, term by term "
+                        "on an idle machine (omit with --from-runs)")
+    c.add_argument("--from-runs", nargs="+", metavar="RUN_DIR",
+                   help="fit the profile to these live runs' busy spans instead: prices under "
+                        "the runs' own contention, on the host they ran on")
+    c.add_argument("--base", default="cpu-2core", metavar="PROFILE",
+                   help="with --from-runs: the profile whose terms no span exercised are kept "
+                        "(a shipped name or a path; default cpu-2core)")
     c.add_argument("--out", required=True, help="the profile to write (YAML)")
     c.add_argument("--name", help="the profile's name (default: the file's stem)")
     c.add_argument("--repeats", type=int, default=3, help="timings per size of each term")

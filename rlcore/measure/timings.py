@@ -64,6 +64,7 @@ class StampClock(WallClock):
     stamp (or `mark`)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.stamps: list[tuple[Work, float]] = []
         self._t = time.perf_counter()
 
@@ -306,7 +307,7 @@ def time_controller(cfg: RunConfig, reps: int, answer_s: float) -> Fit:
                     msg.generation.chunks = max(1, response // cfg.rollout.chunk_tokens)
                     msg.events.append(Event("span", clock.now(), {
                         "worker": "rollout0", "role": "rollout", "start": clock.now(),
-                        "end": clock.now(), "samples": size}))
+                        "end": clock.now(), "samples": size, "work": {}}))
                     timed(msg, size, keep=rep > 0)
                     while not channels.trainer_qs[0].empty():
                         req = channels.trainer_qs[0].get_nowait()

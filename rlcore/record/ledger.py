@@ -55,7 +55,7 @@ ROLES = ("rollout", "controller", "trainer")
 EVENT_FIELDS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "run_start": ("cold_start_s",),
     "worker_ready": ("worker", "pid", "device", "load_s", "cpus"),
-    "span": ("role", "worker", "start", "end", "samples"),
+    "span": ("role", "worker", "start", "end", "samples", "work"),
     "queues": ("prompt_queue", "sample_queue", "generating", "ready_buffer",
                "trainer_queue", "version"),
     "version_change": ("old_version", "new_version", "batch_id", "trainer"),
@@ -262,11 +262,13 @@ class RunLedger:
             self.reload_s.append(fields["reload_s"])
         self.dir.write("events", {"t": self.now() if t is None else t, "type": kind, **fields})
 
-    def span(self, role: str, worker: str, start: float, end: float, samples: int) -> None:
-        """A busy span of one worker of a role (measured clock), for the trace and busy time."""
+    def span(self, role: str, worker: str, start: float, end: float, samples: int,
+             work: dict[str, float]) -> None:
+        """A busy span of one worker of a role (measured clock), for the trace and busy time,
+        with the work it computed (`clock.take_work()`), which `calibrate --from-runs` fits."""
         self.spans[role].append((start, end))
         self.event("span", t=end, role=role, worker=worker, start=start, end=end,
-                   samples=samples)
+                   samples=samples, work=work)
 
     def busy(self, role: str, seconds: float) -> None:
         """Busy time too fine-grained to trace as spans (the controller's handlers)."""

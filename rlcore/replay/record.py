@@ -49,7 +49,8 @@ def record_replay(led: RunLedger, rp: ReplayOutcome) -> None:
     so that its files line up with the original's."""
     s = rp.schedule
     for role, worker, start, end, samples in sorted(rp.spans, key=lambda x: x[3]):
-        led.span(role, worker, start, end, samples=samples)
+        # a replay re-executes a schedule, timed but not tallied: its spans carry no work
+        led.span(role, worker, start, end, samples=samples, work={})
     waiting: dict[int, set[int]] = {}  # applied batches whose samples are not all settled
     interrupts = {(r["slot"], r["attempt"]): r for r in s.interrupts}
     for kind, item in s.order:

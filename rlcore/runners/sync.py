@@ -64,6 +64,7 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
         slots = [version * len(prompts) + i for i in range(len(prompts))]
         t0 = ledger.now()
+        clock.take_work()  # what came before the step is no span's
         sampler = policy.sampler([policy.encode_prompt(p.task.prompt, p.task.system)
                                   for p in prompts],
                                  max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
@@ -76,7 +77,7 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
                                                      zip(slots, prompts, strict=True)],
                                            version, chunks=sampler.chunks))
         t1 = ledger.now()
-        ledger.span("rollout", ROLLOUT, t0, t1, samples=len(gens))
+        ledger.span("rollout", ROLLOUT, t0, t1, samples=len(gens), work=clock.take_work())
         texts = [policy.decode_response(g.response_ids) for g in gens]
         results = rewards.map(zip(texts, [p.task for p in prompts], strict=True))
         ids = []
@@ -91,11 +92,12 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
                               advantage=a) for i, a in zip(ids, batch.advantages, strict=True)]
         clock.charge(Handle(samples=len(rows)))
         t2 = ledger.now()
-        ledger.span("controller", CONTROLLER, t1, t2, samples=len(rows))
+        ledger.span("controller", CONTROLLER, t1, t2, samples=len(rows),
+                    work=clock.take_work())
         waiting_for_data += t2 - t0
         stats = policy.update(batch, temperature=ro.temperature, current_version=version)
         t3 = ledger.now()
-        ledger.span("trainer", TRAINER, t2, t3, samples=len(rows))
+        ledger.span("trainer", TRAINER, t2, t3, samples=len(rows), work=clock.take_work())
         ledger.event("version_change", old_version=version, new_version=version + 1,
                      batch_id=version, trainer=0)
         ledger.trainer_steps([TrainerOp(0, version, "update", version, batch_id=version)])

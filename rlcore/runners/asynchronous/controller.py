@@ -98,7 +98,7 @@ class Controller:
         if msg.type == "span":
             f = msg.fields
             self.ledger.span(f["role"], f["worker"], on_clock(f["start"]), on_clock(f["end"]),
-                             samples=f["samples"])
+                             samples=f["samples"], work=f["work"])
         else:
             self.ledger.event(msg.type, t=on_clock(msg.t), **msg.fields)
 
@@ -182,7 +182,7 @@ class Controller:
         service's decision when it made one (`commit_s` is None for a trainer's refusal)."""
         on_clock = self.ledger.on_clock
         self.ledger.span("trainer", f"trainer{msg.trainer}", on_clock(msg.t_start),
-                         on_clock(msg.t_commit), samples=samples)
+                         on_clock(msg.t_commit), samples=samples, work=msg.work)
         if msg.commit_s is None:
             return
         t = on_clock(msg.t_commit)

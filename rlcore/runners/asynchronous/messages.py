@@ -91,6 +91,7 @@ class CommitRequest:
     t_start: float = 0.0  # the run's clock when the trainer started the update
     t_sent: float = 0.0  # ... and when it sent this request
     ops: tuple[TrainerOp, ...] = ()  # the trainer's steps since its last report
+    work: dict[str, float] = field(default_factory=dict)  # what the update computed
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class UpdateDone:
     t_start: float  # when the trainer started the update: its busy span is t_start..t_commit
     commit_s: float | None = None  # the service's decision time; None: never proposed
     ops: tuple[TrainerOp, ...] = ()  # the trainer's steps since its last report
+    work: dict[str, float] = field(default_factory=dict)  # what the update computed
 
 
 @dataclass

@@ -55,7 +55,7 @@ def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
     """
     stats = {**req.stats, "time/commit_latency_s": max(0.0, ack.t - req.t_sent)}
     return UpdateDone(req.trainer, req.batch_id, ack.applied, ack.version, req.base_version,
-                      ack.reason, stats, ack.t, req.t_start, commit_s, req.ops)
+                      ack.reason, stats, ack.t, req.t_start, commit_s, req.ops, req.work)
 
 
 def param_service_main(ctx: ParamServiceContext) -> None:

@@ -153,6 +153,7 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
             continue
         out = RolloutBatch(ctx.name)
         t_start = clock.now()
+        clock.take_work()  # what came before the span is no span's
         if ctx.slots.version() > local_version:
             local_version = reload(ctx, params, out)
         sampler = policy.sampler([policy.encode_prompt(s.prompt, s.system) for s in batch],
@@ -186,7 +187,8 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
                 g.finished, policy.decode_response(g.response_ids), ctx.name, t_end))
         out.events.append(Event("span", t_end, {"worker": ctx.name, "role": "rollout",
                                                 "start": t_start, "end": t_end,
-                                                "samples": len(kept)}))
+                                                "samples": len(kept),
+                                                "work": clock.take_work()}))
         ctx.counters[2 * ctx.index + 1] += 1
         ctx.inbox.put(out)
     ctx.inbox.put(Stopped(ctx.name, tokens_sampled=sampled, tokens_reprefilled=reprefilled,

@@ -163,6 +163,7 @@ class TrainerRole(TrainerLoop[R, CommitAck]):
         return self.ctx.slots.version()
 
     def started(self) -> float:
+        self.clock.take_work()  # what came before the update is no span's
         return self.clock.now()
 
     def wait_ack(self) -> CommitAck | None:
@@ -214,14 +215,15 @@ class Trainer(TrainerRole[TrainRequest]):
         finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, finite, stats, t_start,
-                                            self.clock.now(), self.report()))
+                                            self.clock.now(), self.report(),
+                                            self.clock.take_work()))
 
     def refuse(self, req: TrainRequest, reason: str, stats: dict[str, float],
                t_start: float) -> None:
         ctx = self.ctx
         ctx.inbox.put(UpdateDone(ctx.index, req.batch_id, False, ctx.slots.version(),
                                  self.version, reason, stats, self.clock.now(), t_start,
-                                 ops=self.report()))
+                                 ops=self.report(), work=self.clock.take_work()))
 
 
 def trainer_main(ctx: TrainerContext) -> None:

@@ -1,0 +1,190 @@
+"""`rlcore calibrate --from-runs`: a hardware profile fitted to the busy spans of finished
+runs, so that its prices are those of work done under the runs' own contention.
+
+Each span in a run's events.jsonl carries the work it computed, in the terms a profile
+prices (`clock/work.py::terms`). A span's seconds are its work's price, stretched while the
+other computing role was busy too: with rollout and trainer both computing, the virtual
+clock runs each at speed 1 / (1 + s) (`cpu.concurrent_slowdown`, two computations on their
+own cores), so a span whose share f of its time overlapped the other role's spans takes
+
+    seconds = price / (1 - f + f / (1 + s)).
+
+For each s on a grid the prices follow by non-negative least squares over every span of
+every run at once (one price per term, whatever the config); the s with the smallest error
+wins. Terms no span exercised keep the base profile's values, as do the interpreter-lock
+shares (the threaded baseline's; fit them with the isolated `rlcore calibrate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlcore.clock.profile import HardwareProfile, profile_from_dict
+from rlcore.errors import ConfigError
+from rlcore.measure.timings import nonneg_lstsq
+
+# The roles whose computations overlap one another in an asynchronous run.
+COMPUTING = ("rollout", "trainer")
+SLOWDOWNS = tuple(i / 100 for i in range(101))
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """One busy span: its role, its seconds, the share of them during which the other
+    computing role was busy too, and its work (term -> quantity)."""
+
+    role: str
+    seconds: float
+    overlap: float
+    work: dict[str, float]
+
+
+def covered(start: float, end: float, others: Sequence[tuple[float, float]]) -> float:
+    """The share of [start, end] that the union of `others` covers (0 for an empty span)."""
+    if end <= start:
+        return 0.0
+    total, reach = 0.0, start
+    for a, b in sorted(others):
+        a, b = max(a, reach), min(b, end)
+        if b > a:
+            total += b - a
+            reach = b
+    return total / (end - start)
+
+
+def spans_of(events: Sequence[dict[str, Any]]) -> list[Span]:
+    """A run's spans that carry work, each with its overlap with the other computing role."""
+    raw = [e for e in events if e.get("type") == "span" and e.get("work")]
+    by_role: dict[str, list[tuple[float, float]]] = {}
+    for e in raw:
+        by_role.setdefault(e["role"], []).append((e["start"], e["end"]))
+    out = []
+    for e in raw:
+        others = [iv for role in COMPUTING if role != e["role"] and e["role"] in COMPUTING
+                  for iv in by_role.get(role, [])]
+        out.append(Span(e["role"], e["end"] - e["start"], covered(e["start"], e["end"], others),
+                        dict(e["work"])))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpans:
+    """What a fit reads of one run directory."""
+
+    path: str
+    cpu: str
+    kernels: str
+    clock: str
+    spans: list[Span]
+
+
+def read_run(run_dir: str | Path) -> RunSpans:
+    """A finished run's spans and the host it ran on; refused with the fix when the run has
+    no spans with work (a run from before spans carried it, or a replay)."""
+    d = Path(run_dir)
+    summary_path, events_path = d / "summary.json", d / "events.jsonl"
+    if not summary_path.is_file() or not events_path.is_file():
+        raise ConfigError(f"{d}: not a finished run directory (no summary.json or "
+                          "events.jsonl): give the directories `rlcore run --out` wrote")
+    summary = json.loads(summary_path.read_text())
+    env = summary["reproducibility"]["environment"]
+    with events_path.open() as f:
+        spans = spans_of([json.loads(line) for line in f if line.strip()])
+    if not spans:
+        raise ConfigError(f"{d}: no busy span records its work (a run from before spans "
+                          "carried it, or a replay): rerun it with this version of rlcore")
+    return RunSpans(str(d), env["cpu"], env["kernels"], summary["clock"]["kind"], spans)
+
+
+@dataclasses.dataclass(frozen=True)
+class InSituFit:
+    """The fitted prices, the slowdown, and how well they explain each role's spans."""
+
+    prices: dict[str, float]  # term -> seconds per unit
+    slowdown: float
+    residual: dict[str, float]  # role -> RMS error over the role's mean span
+    spans: dict[str, int]  # role -> spans fitted
+
+
+def _stretch(spans: Sequence[Span], s: float) -> np.ndarray:
+    f = np.array([sp.overlap for sp in spans])
+    return 1.0 / (1.0 - f + f / (1.0 + s))
+
+
+def fit_spans(spans: Sequence[Span], slowdowns: Sequence[float] = SLOWDOWNS) -> InSituFit:
+    """Prices (>= 0) and the slowdown that best explain the spans' seconds, least squares in
+    seconds, every term and span at once."""
+    terms = sorted({k for sp in spans for k, v in sp.work.items() if v})
+    x = np.array([[sp.work.get(k, 0.0) for k in terms] for sp in spans], dtype=float)
+    y = np.array([sp.seconds for sp in spans], dtype=float)
+    scale = x.max(axis=0)  # columns of one magnitude: bytes in GB beside cache positions
+    best: tuple[float, float, np.ndarray] | None = None
+    for s in slowdowns:
+        stretch = _stretch(spans, s)
+        fit = nonneg_lstsq((x / scale * stretch[:, None]).tolist(), y.tolist())
+        coef = np.array(fit.coef) / scale
+        err = float(np.sum((x @ coef * stretch - y) ** 2))
+        if best is None or err < best[0] - 1e-15:
+            best = (err, s, coef)
+    assert best is not None
+    _, slowdown, coef = best
+    predicted = x @ coef * _stretch(spans, slowdown)
+    residual, counts = {}, {}
+    for role in sorted({sp.role for sp in spans}):
+        idx = [i for i, sp in enumerate(spans) if sp.role == role]
+        rms = float(np.sqrt(np.mean((predicted[idx] - y[idx]) ** 2)))
+        residual[role], counts[role] = rms / float(np.mean(y[idx])), len(idx)
+    return InSituFit(dict(zip(terms, (float(c) for c in coef), strict=True)), slowdown,
+                     residual, counts)
+
+
+def priced(base: HardwareProfile, fit: InSituFit, name: str, runs: Sequence[RunSpans]
+           ) -> HardwareProfile:
+    """`base` with the fitted prices, slowdown and provenance; a copy's 'per_gb' price
+    becomes its bandwidth (a price of 0: too fast to see, a very high one)."""
+    data = base.to_dict()
+    for term, price in fit.prices.items():
+        section, field = term.split(".")
+        if field == "per_gb":
+            data[section]["gb_per_s"] = 1.0 / price if price > 0 else 1e6
+        else:
+            data[section][field] = price
+    data["cpu"]["concurrent_slowdown"] = fit.slowdown
+    cpus = sorted({r.cpu for r in runs})
+    kernels = sorted({r.kernels for r in runs})
+    data.update(
+        name=name, host=", ".join(cpus), kernels=", ".join(kernels), model_bytes=None,
+        machine=f"{', '.join(cpus)}: the runs' own machine, under their own contention",
+        source=(f"rlcore calibrate --from-runs, {time.strftime('%Y-%m-%d')}, "
+                f"{sum(len(r.spans) for r in runs)} spans of {len(runs)} runs "
+                f"({', '.join(r.path for r in runs)}); other terms from {base.name}"))
+    return profile_from_dict(data, f"fitted to {len(runs)} runs")
+
+
+def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, name: str
+                        ) -> tuple[HardwareProfile, str]:
+    """A profile fitted to the runs' spans, and a report of the fit; the runs must be on
+    this machine's clock and on one CPU model."""
+    runs = [read_run(d) for d in run_dirs]
+    virtual = [r.path for r in runs if r.clock != "wall"]
+    if virtual:
+        raise ConfigError(f"{', '.join(virtual)}: not timed by a machine (a virtual-clock "
+                          "run's spans are its profile's prices): give live runs")
+    if len({r.cpu for r in runs}) > 1:
+        raise ConfigError("the runs ran on different CPUs ("
+                          + "; ".join(sorted({f'{r.path}: {r.cpu}' for r in runs}))
+                          + "): a profile belongs to one host; fit each host's runs apart")
+    fit = fit_spans([sp for r in runs for sp in r.spans])
+    profile = priced(base, fit, name, runs)
+    report = "\n".join(f"  {role:<11} residual {fit.residual[role]:6.1%} over {n} spans"
+                       for role, n in fit.spans.items())
+    report += (f"\n  slowdown    {fit.slowdown:.2f} while rollout and trainer compute at once"
+               f"\n  prices      " + ", ".join(f"{k} {v:.3g}" for k, v in fit.prices.items()))
+    return profile, report

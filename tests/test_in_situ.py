@@ -1,0 +1,161 @@
+"""Spans carry their work, and `calibrate --from-runs` fits a profile to them: the tally,
+the overlap, the fit against hand-made spans, and a virtual run's spans fitted exactly."""
+
+import json
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlcore.clock import WALL
+from rlcore.clock.profile import load_profile
+from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights, WorkTally
+from rlcore.config import ConfigError, config_from_dict
+from rlcore.measure.in_situ import (
+    RunSpans,
+    Span,
+    calibrate_from_runs,
+    covered,
+    fit_spans,
+    priced,
+    read_run,
+    spans_of,
+)
+from rlcore.record.rundir import read_jsonl
+from rlcore.runners import run_mode
+from tests.conftest import small_config
+from tests.test_virtual_clock import RUN_PROFILE
+
+
+def test_a_tally_sums_each_term_until_taken():
+    tally = WorkTally()
+    tally.add(Decode(steps=2, rows=8, row_context=40))
+    tally.add(Decode(steps=1, rows=4, row_context=30))
+    tally.add(Weights("read", 2_000_000_000))
+    tally.add(Reward("math"))
+    tally.add(Reward("exact"))
+    assert tally.take() == {"decode.per_row_context_s": 70, "decode.per_row_s": 12,
+                            "decode.step_s": 3, "reward.answer_s": 1, "reward.math_s": 1,
+                            "weight_read.call_s": 1, "weight_read.per_gb": 2.0}
+    assert tally.take() == {}
+    for work, terms in [(Prefill(calls=2, tokens=50), {"prefill.call_s": 2,
+                                                      "prefill.per_token_s": 50}),
+                        (Update(tokens=96), {"update.call_s": 1, "update.per_token_s": 96}),
+                        (Handle(samples=3), {"controller.message_s": 1,
+                                             "controller.per_sample_s": 3}),
+                        (Commit(), {"commit.call_s": 1})]:
+        tally.add(work)
+        assert tally.take() == terms
+
+
+def test_the_wall_clock_tallies_each_thread_apart_and_travels_as_this_processs_own():
+    WALL.take_work()
+    WALL.charge(Update(tokens=10))
+    other: dict = {}
+    thread = threading.Thread(target=lambda: (WALL.charge(Commit()),
+                                              other.update(WALL.take_work())))
+    thread.start()
+    thread.join()
+    assert other == {"commit.call_s": 1}
+    assert WALL.take_work() == {"update.call_s": 1, "update.per_token_s": 10}
+    assert pickle.loads(pickle.dumps(WALL)) is WALL
+
+
+def test_covered_by_hand():
+    # [0, 10] under (2, 4), (3, 6) and (8, 12): 2..6 and 8..10, 6 of 10
+    assert covered(0, 10, [(8, 12), (2, 4), (3, 6)]) == pytest.approx(0.6)
+    assert covered(0, 10, []) == 0 and covered(5, 5, [(0, 9)]) == 0
+
+
+def test_spans_overlap_only_the_other_computing_role():
+    events = [
+        {"type": "span", "role": "rollout", "start": 0.0, "end": 2.0, "work": {"a": 1}},
+        {"type": "span", "role": "trainer", "start": 1.0, "end": 3.0, "work": {"b": 1}},
+        {"type": "span", "role": "controller", "start": 0.0, "end": 4.0, "work": {"c": 1}},
+        {"type": "span", "role": "rollout", "start": 5.0, "end": 6.0, "work": {}},  # a replay's
+        {"type": "queues", "t": 0.5},
+    ]
+    assert [(s.role, s.seconds, s.overlap) for s in spans_of(events)] == [
+        ("rollout", 2.0, 0.5), ("trainer", 2.0, 0.5), ("controller", 4.0, 0.0)]
+
+
+def _span(role, overlap, **work):
+    # decode.step_s 0.01 s, update.call_s 0.5 s; each overlapped second runs at 1 / 1.25
+    price = 0.01 * work.get("decode.step_s", 0) + 0.5 * work.get("update.call_s", 0)
+    return Span(role, price / (1 - overlap + overlap / 1.25), overlap, work)
+
+
+def test_the_fit_recovers_prices_and_slowdown_from_spans_made_by_hand():
+    spans = [_span("rollout", 0.0, **{"decode.step_s": 10}),
+             _span("rollout", 1.0, **{"decode.step_s": 20}),   # 0.2 s of work in 0.25 s
+             _span("trainer", 0.0, **{"update.call_s": 1}),
+             _span("trainer", 0.5, **{"update.call_s": 1})]    # 0.5 / 0.9 s
+    assert spans[1].seconds == pytest.approx(0.25) and spans[3].seconds == pytest.approx(5 / 9)
+    fit = fit_spans(spans)
+    assert fit.slowdown == pytest.approx(0.25)
+    assert fit.prices == pytest.approx({"decode.step_s": 0.01, "update.call_s": 0.5})
+    assert fit.residual == pytest.approx({"rollout": 0.0, "trainer": 0.0}, abs=1e-9)
+    assert fit.spans == {"rollout": 2, "trainer": 2}
+
+
+def test_priced_turns_a_per_gb_price_into_a_bandwidth_and_keeps_the_rest(tmp_path: Path):
+    base = load_profile("cpu-2core")
+    fit = fit_spans([Span("trainer", 0.3, 0.0, {"weight_write.call_s": 1,
+                                                 "weight_write.per_gb": 0.5}),
+                     Span("trainer", 0.55, 0.0, {"weight_write.call_s": 1,
+                                                  "weight_write.per_gb": 1.0})])
+    run = RunSpans("r1", "a CPU", "portable", "wall", [])
+    p = priced(base, fit, "fitted", [run])
+    # 0.05 s a call, 0.5 s per GB: 2 GB/s
+    assert p.weight_write.call_s == pytest.approx(0.05)
+    assert p.weight_write.gb_per_s == pytest.approx(2.0)
+    assert (p.name, p.host, p.kernels, p.decode) == ("fitted", "a CPU", "portable", base.decode)
+    assert p.cpu.concurrent_slowdown == fit.slowdown
+
+
+def test_a_virtual_sync_runs_spans_are_its_prices_exactly(tiny_model_dir: Path,
+                                                          tmp_path: Path):
+    """Sync never overlaps its roles, so each span is its work's price: the fit explains
+    every span to rounding, whatever split of collinear terms it picks."""
+    hw = tmp_path / "test-run.yaml"
+    hw.write_text(yaml.safe_dump(RUN_PROFILE))
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, mode="sync", train={"updates": 6, "update_batch_size": 8},
+        runtime={"progress_every": 0, "save_policy": False, "clock": "virtual",
+                 "hardware": str(hw)}))
+    run_mode(cfg, tmp_path / "run")
+    spans = spans_of(read_jsonl(tmp_path / "run" / "events.jsonl"))
+    assert {s.role for s in spans} == {"rollout", "controller", "trainer"}
+    assert all(s.work for s in spans)
+    fit = fit_spans(spans)
+    assert max(fit.residual.values()) < 1e-6
+    # ... and a virtual run is refused as a source of prices
+    with pytest.raises(ConfigError, match="not timed by a machine"):
+        calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x")
+
+
+def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Path):
+    cfg = config_from_dict(small_config(tiny_model_dir, mode="areal",
+                                        runtime={"progress_every": 0, "save_policy": False}))
+    run_mode(cfg, tmp_path / "run")
+    run = read_run(tmp_path / "run")
+    roles = {s.role for s in run.spans}
+    assert roles == {"rollout", "trainer"}
+    trainer = [s.work for s in run.spans if s.role == "trainer"]
+    assert all(w["update.call_s"] == 1 and w["weight_write.call_s"] == 1 for w in trainer)
+    profile, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x")
+    assert profile.host == run.cpu and "rollout" in report and "trainer" in report
+
+
+def test_a_run_without_work_in_its_spans_is_refused_with_the_fix(tmp_path: Path):
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "reproducibility": {"environment": {"cpu": "c", "kernels": "portable"}},
+        "clock": {"kind": "wall"}}))
+    (tmp_path / "events.jsonl").write_text(json.dumps(
+        {"type": "span", "role": "rollout", "start": 0, "end": 1, "samples": 4}) + "\n")
+    with pytest.raises(ConfigError, match="rerun it with this version of rlcore"):
+        read_run(tmp_path)
+    with pytest.raises(ConfigError, match="not a finished run directory"):
+        read_run(tmp_path / "nothing")
