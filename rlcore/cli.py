@@ -34,6 +34,9 @@ ELSEWHERE = {
     "calibrate": ("rlcore.measure.command",
                   "time each cost term of the virtual clock on this machine for a config's "
                   "model and devices, and write a hardware profile"),
+    "fidelity": ("rlcore.measure.command",
+                 "fit a hardware profile to live runs of a split's fitting configs, then judge "
+                 "it on the held-out ones: live, virtual and planned, side by side"),
     "plan": ("rlcore.plan.command",
              "what a config would do on a hardware profile, without a model: updates/s, "
              "drops, staleness, speed-up over sync"),

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.errors import ConfigError
-from rlcore.measure.fidelity import load_split
+from rlcore.measure.fidelity import fidelity_markdown, load_split
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,3 +43,35 @@ def _write(tmp_path: Path, fit: str, heldout: str) -> Path:
 def test_a_split_that_overlaps_or_does_not_load_is_refused(tmp_path, fit, heldout, message):
     with pytest.raises(ConfigError, match=message):
         load_split(_write(tmp_path, fit, heldout))
+
+
+def _entry(live_ups, virtual_ups, drop, tv, live_tv, ratio):
+    spread = {"median": live_ups, "min": live_ups - 1, "max": live_ups + 1}
+    share = {"median": 0.2, "min": 0.2, "max": 0.2}
+    return {"live": {"updates_per_s": spread, "stale_drop_rate": share,
+                     "wasted_token_share": share},
+            "virtual": {"updates_per_s": virtual_ups, "stale_drop_rate": 0.2 + drop,
+                        "wasted_token_share": 0.2},
+            "plan": {"updates_per_s": live_ups, "stale_drop_rate": 0.2,
+                     "wasted_token_share": 0.2},
+            "virtual_error": {"updates_per_s_rel": virtual_ups / live_ups - 1,
+                              "stale_drop_rate_abs": drop, "wasted_token_share_abs": 0.0},
+            "plan_error": {"updates_per_s_rel": 0.0},
+            "staleness_tv": {"virtual_vs_live": {"median": tv},
+                             "live_vs_live": {"min": live_tv, "max": live_tv}},
+            "cost": {"ratio": {"median": ratio}}}
+
+
+def test_the_fidelity_table_says_which_goals_are_met():
+    # errors 4 % and 12 %: median 8 % (missed), worst 12 % (missed); one drop rate 0.05 off
+    result = {"configs": {"a": _entry(50.0, 52.0, 0.0, 0.10, 0.15, 1.1),
+                          "b": _entry(50.0, 56.0, 0.05, 0.20, 0.15, 1.3)}}
+    table = fidelity_markdown(result)
+    assert "| a | 50.0 (49.0-51.0) | 52.0 (+4%) | 50.0 (+0%) | 0.20 / 0.20 / 0.20 |" in table
+    assert "median error 8.0% (goal 5%: missed), worst 12.0% (goal 10%: missed)" in table
+    assert "within 0.03: 3 of 4 (missed)" in table
+    assert "1 of 2 configs (missed)" in table
+    assert "median 1.20, worst 1.30 (goal 1.2: missed)" in table
+    result = {"configs": {"a": _entry(50.0, 51.0, 0.0, 0.10, 0.15, 1.0)}}
+    table = fidelity_markdown(result)
+    assert table.count("met)") == 5 and "missed" not in table

@@ -1,5 +1,6 @@
-"""`rlcore bench`, `rlcore calibrate` and `rlcore smoke`: measure the runtime, price the
-virtual clock's terms on this machine, and try a config at its real model size."""
+"""`rlcore bench`, `rlcore calibrate`, `rlcore fidelity` and `rlcore smoke`: measure the
+runtime, price the virtual clock's terms on this machine (or fit them to live runs), judge
+the emulator on held-out configs, and try a config at its real model size."""
 
 from __future__ import annotations
 
@@ -78,6 +79,36 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"hardware profile {profile.name} on {profile.machine}\n{report}")
     write_profile(profile, report, out)
     print(f"-> {out}")
+    return 0
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    import dataclasses
+    import time
+
+    from rlcore.measure.fidelity import fidelity_markdown, fit_split, judge, load_split
+    from rlcore.record.rundir import atomic_write_json
+    from rlcore.runners.asynchronous import forkserver
+
+    forkserver.context()
+    split = load_split(args.split)
+    split = dataclasses.replace(split, updates=args.updates or split.updates,
+                                repeats=args.repeats or split.repeats)
+    out = Path(args.out)
+    result: dict[str, object] = {"split": str(args.split)}
+    if args.profile:
+        profile = Path(args.profile)
+    else:
+        t0 = time.perf_counter()
+        profile, report = fit_split(split, out, args.base)
+        result["fit_s"] = time.perf_counter() - t0
+        print(f"fitted {profile} in {result['fit_s']:.0f} s (the fitting runs and the fit)\n"
+              f"{report}")
+    result.update(profile=str(profile), **judge(split, profile))
+    atomic_write_json(out / "fidelity.json", result)
+    table = fidelity_markdown(result)
+    (out / "fidelity.md").write_text(table)
+    print(table + f"-> {out / 'fidelity.json'}, {out / 'fidelity.md'}")
     return 0
 
 
@@ -174,10 +205,26 @@ def _smoke_arguments(m: argparse.ArgumentParser) -> None:
     m.set_defaults(func=_smoke)
 
 
+def _fidelity_arguments(f: argparse.ArgumentParser) -> None:
+    f.add_argument("split", help="the validation split (config/fidelity.yaml): fitting and "
+                                 "held-out configs")
+    f.add_argument("--out", required=True,
+                   help="directory for the fitting runs, profile.yaml, fidelity.json and .md")
+    f.add_argument("--base", default="cpu-2core", metavar="PROFILE",
+                   help="the profile whose terms the fitting runs do not exercise are kept")
+    f.add_argument("--profile", metavar="FILE",
+                   help="judge this profile instead of fitting one (e.g. a shipped one)")
+    f.add_argument("--updates", type=int, help="updates per run (default: the split's)")
+    f.add_argument("--repeats", type=int, help="live runs per held-out config (default: the "
+                                               "split's)")
+    f.set_defaults(func=_fidelity)
+
+
 ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
-    "bench": _bench_arguments, "calibrate": _calibrate_arguments, "smoke": _smoke_arguments}
+    "bench": _bench_arguments, "calibrate": _calibrate_arguments, "smoke": _smoke_arguments,
+    "fidelity": _fidelity_arguments}
 
 
 def add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
-    """The arguments of `rlcore NAME`, NAME one of bench, calibrate and smoke."""
+    """The arguments of `rlcore NAME`, NAME one of bench, calibrate, fidelity and smoke."""
     ARGUMENTS[name](parser)

@@ -1,13 +1,17 @@
-"""The emulator's validation split (`config/fidelity.yaml`): the configs a profile is fitted
-to and the held-out configs it is judged on, each a base config with `--set` overrides.
+"""`rlcore fidelity`: the emulator judged on configs it was not fitted to.
 
-The split is what keeps the validation honest, so it is checked when read: the two sets
-share no name and no config, and every config loads.
+The split (`config/fidelity.yaml`) names the configs a profile is fitted to and the
+held-out configs it is judged on, each a base config with `--set` overrides. It is what
+keeps the validation honest, so it is checked when read: the two sets share no name and no
+config, and every config loads. `fit_split` runs the fitting configs live and fits a
+profile to their spans (`in_situ.py`); `judge` runs the held-out ones live, virtual on that
+profile and planned (`bench.py::bench_virtual`); `fidelity_markdown` is the table.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,3 +84,89 @@ def load_split(path: str | Path) -> FidelitySplit:
             raise ConfigError(f"{path}: heldout.{name} is the same config as fit.{same[0]}: "
                               "change one of them")
     return split
+
+
+def fit_split(split: FidelitySplit, out: Path, base: str) -> tuple[Path, str]:
+    """Run each fitting config live once (`split.updates` updates) into out/fit/NAME, fit a
+    profile to their spans (`in_situ.py`) and write it to out/profile.yaml."""
+    from rlcore.clock.profile import load_profile
+    from rlcore.measure.calibrate import write_profile
+    from rlcore.measure.in_situ import calibrate_from_runs
+    from rlcore.runners import run_mode
+
+    dirs = []
+    for name, cfg in split.configs("fit"):
+        d = out / "fit" / name
+        run_mode(dataclasses.replace(
+            cfg, train=dataclasses.replace(cfg.train, updates=split.updates),
+            runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False,
+                                        clock="wall")), d, force=True)
+        dirs.append(d)
+    profile, report = calibrate_from_runs(dirs, load_profile(base), "in-situ")
+    path = out / "profile.yaml"
+    write_profile(profile, report, path)
+    return path, report
+
+
+def judge(split: FidelitySplit, profile: Path) -> dict[str, Any]:
+    """The held-out configs live (`split.repeats` times, interleaved), virtual on `profile`
+    and planned: `bench.py::bench_virtual`'s figures per config."""
+    from rlcore.measure.bench import bench_virtual
+
+    cfgs = [(name, dataclasses.replace(cfg, runtime=dataclasses.replace(
+        cfg.runtime, hardware=str(profile)))) for name, cfg in split.configs("heldout")]
+    return bench_virtual(cfgs, split.updates, split.repeats)
+
+
+# The goals of #39: updates/s within 5 % at the median and 10 % at worst; drop rate and
+# wasted-token share within 0.03; the staleness histogram no farther from live than two live
+# runs are from each other; a virtual run's call at most 1.2 times the live one's.
+GOALS = {"updates_median": 0.05, "updates_worst": 0.10, "share": 0.03, "cost": 1.2}
+
+
+def fidelity_markdown(result: dict[str, Any]) -> str:
+    """The held-out table (live median and range, virtual, plan; errors against the live
+    median) and one line per goal, met or missed."""
+    rows = ["| config | updates/s live (range) | virtual | plan | drop rate live / virtual "
+            "/ plan | wasted share live / virtual / plan | staleness TV virtual (live vs "
+            "live) | virtual / live call |", "|---|---|---|---|---|---|---|---|"]
+    errors, shares, tv_ok, costs = [], [], 0, []
+    for name, e in result["configs"].items():
+        live, v, p = e["live"], e["virtual"], e["plan"]
+        u = live["updates_per_s"]
+        ve, pe = e["virtual_error"], e["plan_error"]
+        errors.append(abs(ve["updates_per_s_rel"]))
+        shares += [abs(ve["stale_drop_rate_abs"]), abs(ve["wasted_token_share_abs"])]
+        tv, spread_ = e["staleness_tv"]["virtual_vs_live"], e["staleness_tv"]["live_vs_live"]
+        tv_ok += tv["median"] <= spread_["max"]
+        costs.append(e["cost"]["ratio"]["median"])
+        rows.append(
+            f"| {name} | {u['median']:.1f} ({u['min']:.1f}-{u['max']:.1f}) | "
+            f"{v['updates_per_s']:.1f} ({ve['updates_per_s_rel']:+.0%}) | "
+            f"{p['updates_per_s']:.1f} ({pe['updates_per_s_rel']:+.0%}) | "
+            f"{live['stale_drop_rate']['median']:.2f} / {v['stale_drop_rate']:.2f} / "
+            f"{p['stale_drop_rate']:.2f} | {live['wasted_token_share']['median']:.2f} / "
+            f"{v['wasted_token_share']:.2f} / {p['wasted_token_share']:.2f} | "
+            f"{tv['median']:.2f} ({spread_['min']:.2f}-{spread_['max']:.2f}) | "
+            f"{e['cost']['ratio']['median']:.2f} |")
+    n = len(errors)
+    med, worst = statistics.median(errors), max(errors)
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    rows += [
+        "",
+        f"- updates/s, virtual against the live median: median error {med:.1%} (goal "
+        f"{GOALS['updates_median']:.0%}: {met(med <= GOALS['updates_median'])}), worst "
+        f"{worst:.1%} (goal {GOALS['updates_worst']:.0%}: "
+        f"{met(worst <= GOALS['updates_worst'])})",
+        f"- drop rate and wasted-token share within {GOALS['share']}: "
+        f"{sum(x <= GOALS['share'] for x in shares)} of {len(shares)} "
+        f"({met(all(x <= GOALS['share'] for x in shares))})",
+        f"- staleness histogram within the live runs' own spread: {tv_ok} of {n} configs "
+        f"({met(tv_ok == n)})",
+        f"- virtual / live call time: median {statistics.median(costs):.2f}, worst "
+        f"{max(costs):.2f} (goal {GOALS['cost']}: {met(max(costs) <= GOALS['cost'])})",
+    ]
+    return "\n".join(rows) + "\n"
