@@ -142,9 +142,13 @@ def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Pa
     run_mode(cfg, tmp_path / "run")
     run = read_run(tmp_path / "run")
     roles = {s.role for s in run.spans}
-    assert roles == {"rollout", "trainer"}
-    trainer = [s.work for s in run.spans if s.role == "trainer"]
-    assert all(w["update.call_s"] == 1 and w["weight_write.call_s"] == 1 for w in trainer)
+    assert roles == {"rollout", "trainer", "weight_read", "weight_write"}
+    updates = [s.work for s in run.spans if s.role == "trainer"]
+    writes = [s.work for s in run.spans if s.role == "weight_write"]
+    # each update's write, timed apart, is a span of its own
+    assert len(updates) == len(writes) > 0
+    assert all(w["update.call_s"] == 1 and len(w) == 2 for w in updates)
+    assert all(w["weight_write.call_s"] == 1 and len(w) == 2 for w in writes)
     profile, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x")
     assert profile.host == run.cpu and "rollout" in report and "trainer" in report
 
@@ -159,3 +163,41 @@ def test_a_run_without_work_in_its_spans_is_refused_with_the_fix(tmp_path: Path)
         read_run(tmp_path)
     with pytest.raises(ConfigError, match="not a finished run directory"):
         read_run(tmp_path / "nothing")
+
+
+def test_a_timed_weight_copy_leaves_its_span_and_is_fitted_on_its_own():
+    events = [
+        {"type": "span", "role": "rollout", "worker": "rollout0", "start": 0.0, "end": 1.0,
+         "work": {"decode.step_s": 10, "weight_read.call_s": 1, "weight_read.per_gb": 0.5}},
+        {"type": "weight_reload", "worker": "rollout0", "t": 0.25, "reload_s": 0.125},
+        {"type": "weight_reload", "worker": "rollout1", "t": 0.5, "reload_s": 0.5},  # not its
+        {"type": "span", "role": "trainer", "worker": "trainer0", "start": 1.0, "end": 3.0,
+         "work": {"update.call_s": 1, "weight_write.call_s": 1}},
+    ]
+    updates = [{"t_commit": 3.0, "time/weight_write_s": 0.5},
+               {"t_commit": 9.0, "time/weight_write_s": 0.25}]  # another update's
+    assert [(s.role, s.seconds, s.work) for s in spans_of(events, updates)] == [
+        ("rollout", 0.875, {"decode.step_s": 10}),
+        ("weight_read", 0.125, {"weight_read.call_s": 1, "weight_read.per_gb": 0.5}),
+        ("trainer", 1.5, {"update.call_s": 1}),
+        ("weight_write", 0.5, {"weight_write.call_s": 1})]
+    # without the updates the trainer's span stays whole
+    assert [s.seconds for s in spans_of(events)] == [0.875, 0.125, 2.0]
+
+
+def test_split_copies_separate_a_per_call_price_that_whole_spans_cannot():
+    """Every span has one prefill call and one reload: whole, the two prices are one sum
+    and the fit may put it anywhere; with the reload timed apart both come out exact."""
+    events, t = [], 0.0
+    for steps in [4, 6, 5, 6, 3]:
+        seconds = 0.01 * steps + 0.005 + 0.0003  # steps, the prefill call, the reload
+        events.append({"type": "span", "role": "rollout", "worker": "rollout0", "start": t,
+                       "end": t + seconds, "work": {"decode.step_s": steps,
+                                                    "prefill.call_s": 1,
+                                                    "weight_read.call_s": 1}})
+        events.append({"type": "weight_reload", "worker": "rollout0", "t": t + 0.0003,
+                       "reload_s": 0.0003})
+        t += seconds + 1
+    fit = fit_spans(spans_of(events), slowdowns=[0.0])
+    assert fit.prices == pytest.approx({"decode.step_s": 0.01, "prefill.call_s": 0.005,
+                                        "weight_read.call_s": 0.0003}, rel=1e-6)
