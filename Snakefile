@@ -23,6 +23,23 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/plans.smk"
 
 
+# Rules that take seconds: on a cluster they run where Snakemake runs, not through the
+# queue (a submission waits longer than they take). The rest (the base model, runs,
+# replays, the base model's scoring) go to the executor.
+localrules:
+    all,
+    base_config,
+    run_config,
+    plan_k_sweep,
+    plan_figure,
+    runs_table,
+    replay_table,
+    tables,
+    claims,
+    figures,
+    trace_figures,
+
+
 rule all:
     default_target: True
     input:
