@@ -72,11 +72,10 @@ def bare_reinforce_ms(cfg: RunConfig, steps: int) -> float:
 
 
 def _run_one(cfg: RunConfig, mode: Mode, updates: int) -> dict[str, Any]:
-    cfg = dataclasses.replace(
+    cfg = prepared(dataclasses.replace(
         cfg, mode=mode, staleness=dataclasses.replace(
-            cfg.staleness, staleness_k=0 if mode == "sync" else cfg.staleness.staleness_k),
-        train=dataclasses.replace(cfg.train, updates=updates),
-        runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False))
+            cfg.staleness, staleness_k=0 if mode == "sync" else cfg.staleness.staleness_k)),
+        updates)
     with tempfile.TemporaryDirectory() as tmp:
         return run_mode(cfg, tmp)
 
@@ -218,9 +217,7 @@ def bench_replay(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
     whole call (loads and record writing included), with medians and spread."""
     from rlcore.replay.replayer import replay_run
 
-    cfg = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, updates=updates),
-        runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False))
+    cfg = prepared(cfg, updates)
     reps = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
@@ -314,6 +311,16 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def prepared(cfg: RunConfig, updates: int,
+             clock: Literal["wall", "virtual"] | None = None) -> RunConfig:
+    """`cfg` as a measured run: `updates` updates, no progress lines, no saved policy, on
+    `clock` (None: the config's own)."""
+    return dataclasses.replace(
+        cfg, train=dataclasses.replace(cfg.train, updates=updates),
+        runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False,
+                                    clock=clock or cfg.runtime.clock))
+
+
 def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
                   ) -> dict[str, Any]:
     """Each config live and under the virtual clock, `repeats` times, interleaved, then its
@@ -326,12 +333,6 @@ def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
     from rlcore.plan.lengths import empirical
     from rlcore.plan.planner import plan, workload
     from rlcore.record.timing import TIMING_KEYS, run_timing, total_variation
-
-    def prepared(cfg: RunConfig, clock: Literal["wall", "virtual"]) -> RunConfig:
-        return dataclasses.replace(
-            cfg, train=dataclasses.replace(cfg.train, updates=updates),
-            runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False,
-                                        clock=clock))
 
     def timed(cfg: RunConfig, out: str) -> tuple[dict[str, Any], float]:
         t0 = time.perf_counter()
@@ -347,14 +348,14 @@ def bench_virtual(cfgs: list[tuple[str, RunConfig]], updates: int, repeats: int
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeats):
             for label, cfg in cfgs:
-                fig, call_s = timed(prepared(cfg, "wall"), f"{tmp}/live")
+                fig, call_s = timed(prepared(cfg, updates, "wall"), f"{tmp}/live")
                 runs[label]["live"].append(fig)
                 runs[label]["live_call_s"].append(call_s)
-                fig, call_s = timed(prepared(cfg, "virtual"), f"{tmp}/virtual-{label}")
+                fig, call_s = timed(prepared(cfg, updates, "virtual"), f"{tmp}/virtual-{label}")
                 virtual[label] = fig
                 runs[label]["virtual_call_s"].append(call_s)
         for label, cfg in cfgs:
-            vcfg = prepared(cfg, "virtual")
+            vcfg = prepared(cfg, updates, "virtual")
             plans[label] = plan(vcfg, workload(vcfg, empirical(f"{tmp}/virtual-{label}")))
     out: dict[str, Any] = {"updates": updates, "repeats": repeats,
                            "hardware": cfgs[0][1].runtime.hardware, "configs": {}}

@@ -90,6 +90,7 @@ def fit_split(split: FidelitySplit, out: Path, base: str) -> tuple[Path, str]:
     """Run each fitting config live once (`split.updates` updates) into out/fit/NAME, fit a
     profile to their spans (`in_situ.py`) and write it to out/profile.yaml."""
     from rlcore.clock.profile import load_profile
+    from rlcore.measure.bench import prepared
     from rlcore.measure.calibrate import write_profile
     from rlcore.measure.in_situ import calibrate_from_runs
     from rlcore.runners import run_mode
@@ -97,10 +98,7 @@ def fit_split(split: FidelitySplit, out: Path, base: str) -> tuple[Path, str]:
     dirs = []
     for name, cfg in split.configs("fit"):
         d = out / "fit" / name
-        run_mode(dataclasses.replace(
-            cfg, train=dataclasses.replace(cfg.train, updates=split.updates),
-            runtime=dataclasses.replace(cfg.runtime, progress_every=0, save_policy=False,
-                                        clock="wall")), d, force=True)
+        run_mode(prepared(cfg, split.updates, "wall"), d, force=True)
         dirs.append(d)
     profile, report = calibrate_from_runs(dirs, load_profile(base), "in-situ")
     path = out / "profile.yaml"
