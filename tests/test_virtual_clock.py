@@ -28,7 +28,13 @@ from rlcore.clock.profile import (
     TokenCost,
     load_profile,
 )
-from rlcore.clock.virtual import VirtualClock, VirtualDeadlock, VirtualFlag, VirtualQueue
+from rlcore.clock.virtual import (
+    VirtualClock,
+    VirtualDeadlock,
+    VirtualFlag,
+    VirtualQueue,
+    interpreter_speeds,
+)
 from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights
 from rlcore.config import ConfigError, config_from_dict
 from rlcore.record.rundir import read_jsonl
@@ -171,8 +177,8 @@ class TestScheduler:
         assert seen == [(True, 2)]
 
     def test_a_shared_interpreter_serialises_held_seconds(self):
-        # gil_share 1: two roles' work of 1 s each ends at 1 and 2 with one interpreter,
-        # both at 1 with an interpreter each.
+        # gil_share 1: two roles' work of 1 s each runs at half speed with one interpreter
+        # (both end at 2), at full speed with an interpreter each (both at 1).
         ends = {}
         for shared in (False, True):
             clock = VirtualClock(SECONDS, shared_interpreter=shared)
@@ -184,7 +190,7 @@ class TestScheduler:
 
             run_roles(clock, {"a": fn, "b": fn})
             ends[shared] = out
-        assert ends == {False: [1, 1], True: [1, 2]}
+        assert ends == {False: [1, 1], True: [2, 2]}
 
     def test_half_the_work_holding_the_interpreter_overlaps_the_rest(self):
         half = profile(update=TokenCost(call_s=0, per_token_s=1.0, gil_share=0.5))
@@ -192,11 +198,43 @@ class TestScheduler:
         out: list[float] = []
 
         def fn() -> None:
-            clock.charge(Update(tokens=2))  # 1 s holding the lock, 1 s not
+            clock.charge(Update(tokens=2))  # 2 s, half of them holding the lock
             out.append(clock.now())
 
         run_roles(clock, {"a": fn, "b": fn})
-        assert out == [2, 3]  # b waits for a's held second, then takes its own two
+        assert out == [3, 3]  # each 1.5 times slower while both compute
+
+    @pytest.mark.parametrize("shares,speeds", [
+        ([1.0, 1.0], [0.5, 0.5]),  # serialised
+        ([0.5, 0.5], [1 / 1.5, 1 / 1.5]),  # two of share g take 1 + g times as long
+        ([1.0, 0.25], [0.8, 0.8]),  # a pair contends for the smaller share
+        ([0.0, 1.0], [1.0, 1.0]),  # no lock held: no contention
+        ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),  # each slowed by both others
+        ([0.7], [1.0]),  # alone
+    ])
+    def test_interpreter_speeds(self, shares: list[float], speeds: list[float]):
+        assert interpreter_speeds(shares) == pytest.approx(speeds)
+
+    def test_computations_in_one_interpreter_contend_for_the_smaller_share(self):
+        # a: 1 s of update at share 1; b from 0.5 s: 1 s of weight copy at share 0.25. Both
+        # run 1.25 times slower together: a's last 0.5 s take 0.625 s (ends 1.125); b has
+        # done 0.5 s by then, and runs its last 0.5 s alone (1.625).
+        mixed = profile(update=TokenCost(call_s=0, per_token_s=1.0, gil_share=1.0),
+                        weight_write=CopyCost(call_s=1.0, gb_per_s=1e9, gil_share=0.25))
+        clock = VirtualClock(mixed, shared_interpreter=True)
+        out: dict[str, float] = {}
+
+        def a() -> None:
+            clock.charge(Update(tokens=1))
+            out["a"] = clock.now()
+
+        def b() -> None:
+            clock.wait_for(lambda: False, object(), 0.5)
+            clock.charge(Weights("write", 0))
+            out["b"] = clock.now()
+
+        run_roles(clock, {"a": a, "b": b})
+        assert out == pytest.approx({"a": 1.125, "b": 1.625})
 
     @pytest.mark.parametrize("cpu,ends", [
         # one core: both at half speed from 0.5 s; a's last 0.5 s take 1 s (ends 1.5), then

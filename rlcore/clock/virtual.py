@@ -14,13 +14,12 @@ of the run's config: no wall time, thread timing or machine load enters it.
 
 Each computation is really executed, while virtual time stands still; a role sees the
 others' state as it was when its computation began, and others see its results when the
-computation's price has passed. Under the threaded baseline (`shared_interpreter`) the roles
-also share one interpreter lock: the `gil_share` of each price is served one role at a time,
-first come first served (`profile.py`). Otherwise the roles computing at once share
-processors: the cores (`profile.cpu`), and one accelerator for their device work when the
-profile has one (`profile.accelerator`). Each of n computations at once in one pool of
-processors runs at that pool's speed for n, and the end of each is worked out anew whenever
-one in its pool starts or ends.
+computation's price has passed. The roles computing at once share processors, each pool
+slowing its computations by how many run at once: under the threaded baseline
+(`shared_interpreter`) one interpreter lock, whose `gil_share` of each price
+(`profile.py`) slows the others; otherwise the cores (`profile.cpu`), and one accelerator
+for their device work when the profile has one (`profile.accelerator`). The end of each
+computation is worked out anew whenever one in its pool starts or ends.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import itertools
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,14 +67,33 @@ def shared_speed(n: int, processors: int | None, slowdown: float) -> float:
     return running / n / (1 + slowdown * (running - 1))
 
 
+def interpreter_speeds(shares: Sequence[float]) -> list[float]:
+    """The speed of each computation at once in one interpreter, given each one's
+    `gil_share`: each pair of them contends for the lock for the smaller of their shares,
+    so two computations of share g take 1 + g times as long as one alone (what
+    `rlcore calibrate` measures as g), and share 1 serialises them."""
+    return [1 / (1 + sum(min(g, h) for j, h in enumerate(shares) if j != i))
+            for i, g in enumerate(shares)]
+
+
 @dataclass(eq=False)
 class _Pool:
-    """Processors that the roles computing on them share: each of n computations at once
-    runs at speed(n) of its full speed."""
+    """Processors that the roles computing on them share: the computations at once, each
+    with its share of what they contend for, run at speeds(shares) of their full speeds."""
 
-    speed: Callable[[int], float]
+    speeds: Callable[[Sequence[float]], list[float]]
     busy: dict[_Role, float] = field(default_factory=dict)  # seconds left at full speed
+    share: dict[_Role, float] = field(default_factory=dict)  # each one's share (gil_share)
     at: float = 0.0  # when `busy` was last brought up to date
+
+    def speed(self) -> dict[_Role, float]:
+        """Each computing role's speed now."""
+        roles = list(self.busy)
+        return dict(zip(roles, self.speeds([self.share[r] for r in roles]), strict=True))
+
+
+def _uniform(speed: Callable[[int], float]) -> Callable[[Sequence[float]], list[float]]:
+    return lambda shares: [speed(len(shares))] * len(shares) if shares else []
 
 
 class VirtualClock:
@@ -88,16 +106,18 @@ class VirtualClock:
         self._costs = profile
         self.shared_interpreter = shared_interpreter
         self._now = 0.0
-        self._gil_free = 0.0  # when the shared interpreter lock is next free
-        # Shared processors: the cores (`profile.cpu`), and an accelerator that the roles'
-        # device work shares (`profile.accelerator`); None: each role has its own.
+        # Shared processors: the threaded baseline's one interpreter; else the cores
+        # (`profile.cpu`), and an accelerator that the roles' device work shares
+        # (`profile.accelerator`); None: each role has its own.
         sharing = not shared_interpreter and (
             profile.cpu.cores is not None or profile.cpu.concurrent_slowdown > 0)
         cpu, device = profile.cpu, profile.accelerator
-        self._cpu = (_Pool(lambda n: shared_speed(n, cpu.cores, cpu.concurrent_slowdown))
+        self._interpreter = _Pool(interpreter_speeds) if shared_interpreter else None
+        self._cpu = (_Pool(_uniform(lambda n: shared_speed(n, cpu.cores,
+                                                           cpu.concurrent_slowdown)))
                      if sharing else None)
         self._accelerator = (
-            _Pool(lambda n: shared_speed(n, None, device.concurrent_slowdown))
+            _Pool(_uniform(lambda n: shared_speed(n, None, device.concurrent_slowdown)))
             if not shared_interpreter and device is not None else None)
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -130,24 +150,18 @@ class VirtualClock:
             role.tally.add(work)
         if seconds <= 0:
             return
-        me, start = self._me(), self._now
+        me = self._me()
         me.charged += seconds
         pool = self._pool(work)
-        if pool is not None:
-            with self._lock:
+        with self._lock:
+            if pool is None:
+                self._set_wake(me, self._now + seconds)
+            else:
                 self._progress(pool)
                 pool.busy[me] = seconds
+                pool.share[me] = self._costs.gil_share(work)
                 me.pool = pool
                 self._rewake(pool)
-            self._switch(me)
-            return
-        if self.shared_interpreter:
-            held = seconds * self._costs.gil_share(work)
-            if held > 0:  # wait for the interpreter, then hold it for this share
-                start = max(start, self._gil_free)
-                self._gil_free = start + held
-        with self._lock:
-            self._set_wake(me, start + seconds)
         self._switch(me)
 
     def take_work(self) -> dict[str, float]:
@@ -236,6 +250,8 @@ class VirtualClock:
 
     def _pool(self, work: Work) -> _Pool | None:
         """The shared processors that compute `work`; None: the role's own."""
+        if self._interpreter is not None:
+            return self._interpreter
         if self._accelerator is not None and isinstance(work, DEVICE_WORK):
             return self._accelerator
         return self._cpu
@@ -244,17 +260,15 @@ class VirtualClock:
         """Count the work done by the pool's computing roles since `pool.at` (under the
         lock)."""
         if pool.busy and self._now > pool.at:
-            done = (self._now - pool.at) * pool.speed(len(pool.busy))
-            for role in pool.busy:
-                pool.busy[role] -= done
+            for role, speed in pool.speed().items():
+                pool.busy[role] -= (self._now - pool.at) * speed
         pool.at = self._now
 
     def _rewake(self, pool: _Pool) -> None:
         """Each of the pool's computing roles' end at its current speed, which changes
         whenever a computation on the pool starts or ends (under the lock)."""
-        speed = pool.speed(len(pool.busy)) if pool.busy else 1.0
-        for role, left in pool.busy.items():
-            self._set_wake(role, self._now + max(0.0, left) / speed)
+        for role, speed in pool.speed().items():
+            self._set_wake(role, self._now + max(0.0, pool.busy[role]) / speed)
 
     def _resume(self, role: _Role) -> None:
         """`role` runs again: time moves to its wake-up; a computation of its has ended."""
@@ -264,7 +278,7 @@ class VirtualClock:
         pool, role.pool = role.pool, None
         if pool is not None:
             self._progress(pool)
-            del pool.busy[role]
+            del pool.busy[role], pool.share[role]
             self._rewake(pool)
 
     def _set_wake(self, role: _Role, t: float) -> None:
