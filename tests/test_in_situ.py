@@ -18,10 +18,12 @@ from rlcore.measure.in_situ import (
     Span,
     calibrate_from_runs,
     covered,
+    fit_interpreter,
     fit_spans,
     priced,
     read_run,
     spans_of,
+    with_gil_share,
 )
 from rlcore.record.rundir import read_jsonl
 from rlcore.runners import run_mode
@@ -106,7 +108,7 @@ def test_priced_turns_a_per_gb_price_into_a_bandwidth_and_keeps_the_rest(tmp_pat
                                                  "weight_write.per_gb": 0.5}),
                      Span("trainer", 0.55, 0.0, {"weight_write.call_s": 1,
                                                   "weight_write.per_gb": 1.0})])
-    run = RunSpans("r1", "a CPU", "portable", "wall", [])
+    run = RunSpans("r1", "a CPU", "portable", "wall", "areal", 10.0, [])
     p = priced(base, fit, "fitted", [run])
     # 0.05 s a call, 0.5 s per GB: 2 GB/s
     assert p.weight_write.call_s == pytest.approx(0.05)
@@ -201,3 +203,36 @@ def test_split_copies_separate_a_per_call_price_that_whole_spans_cannot():
     fit = fit_spans(spans_of(events), slowdowns=[0.0])
     assert fit.prices == pytest.approx({"decode.step_s": 0.01, "prefill.call_s": 0.005,
                                         "weight_read.call_s": 0.0003}, rel=1e-6)
+
+
+def test_the_interpreter_share_is_found_again_from_a_threaded_run(tiny_model_dir: Path,
+                                                                  tmp_path: Path):
+    """A threaded run on the virtual clock at share 0.6 stands in for a live one: planned on
+    the same prices, its updates/s are matched at 0.6 again, and not at 0 or 1."""
+    hw = tmp_path / "share.yaml"
+    at = {s: {**RUN_PROFILE[s], "gil_share": 0.6} for s in ("decode", "prefill", "update")}
+    hw.write_text(yaml.safe_dump({**RUN_PROFILE, **at}))
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, mode="async", train={"updates": 12, "update_batch_size": 8},
+        staleness={"staleness_k": 4},
+        runtime={"progress_every": 0, "save_policy": False, "clock": "virtual",
+                 "hardware": str(hw)}))
+    summary = run_mode(cfg, tmp_path / "run")
+    run = RunSpans(str(tmp_path / "run"), "c", "portable", "wall", "async",
+                   summary["updates"] / summary["time"]["wall_s"], [])
+    base = load_profile(str(hw))
+    fit = fit_interpreter(with_gil_share(base, 1.0), [run])
+    assert fit.share == pytest.approx(0.6)
+    assert abs(fit.error[run.path]) < 0.02
+    # the share matters to the plan: at the grid's ends it misses
+    for far in (0.0, 1.0):
+        assert abs(fit_interpreter(base, [run], shares=[far]).error[run.path]) > 0.05
+
+
+def test_threaded_runs_alone_cannot_price_the_work(tmp_path: Path, monkeypatch):
+    runs = {str(tmp_path / n): RunSpans(str(tmp_path / n), "c", "portable", "wall", "async",
+                                        10.0, [_span("rollout", 0.0, **{"decode.step_s": 1})])
+            for n in ("a", "b")}
+    monkeypatch.setattr("rlcore.measure.in_situ.read_run", lambda d: runs[str(d)])
+    with pytest.raises(ConfigError, match="add a sync or areal run"):
+        calibrate_from_runs(list(runs), load_profile("cpu-2core"), "x")

@@ -11,8 +11,12 @@ own cores), so a span whose share f of its time overlapped the other role's span
 
 For each s on a grid the prices follow by non-negative least squares over every span of
 every run at once (one price per term, whatever the config); the s with the smallest error
-wins. Terms no span exercised keep the base profile's values, as do the interpreter-lock
-shares (the threaded baseline's; fit them with the isolated `rlcore calibrate`).
+wins. Terms no span exercised keep the base profile's values.
+
+A threaded run's spans are not priced: its roles share one interpreter, so each span holds
+the time it waited for the lock. It fits the interpreter-lock share of decode, prefill and
+update instead (`fit_interpreter`): the share, on a grid, at which the planner's updates/s
+on the fitted prices, with the run's own response lengths, comes closest to the run's.
 
 A weight copy is timed on its own inside its span (a rollout worker's `weight_reload`
 event, a trainer's `time/weight_write_s`), and it comes in nearly every span, so a fit of
@@ -137,6 +141,8 @@ class RunSpans:
     cpu: str
     kernels: str
     clock: str
+    mode: str
+    updates_per_s: float
     spans: list[Span]
 
 
@@ -156,7 +162,9 @@ def read_run(run_dir: str | Path) -> RunSpans:
     if not spans:
         raise ConfigError(f"{d}: no busy span records its work (a run from before spans "
                           "carried it, or a replay): rerun it with this version of rlcore")
-    return RunSpans(str(d), env["cpu"], env["kernels"], summary["clock"]["kind"], spans)
+    wall = summary["time"]["wall_s"]
+    return RunSpans(str(d), env["cpu"], env["kernels"], summary["clock"]["kind"],
+                    summary["mode"], summary["updates"] / wall if wall else 0.0, spans)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +209,62 @@ def fit_spans(spans: Sequence[Span], slowdowns: Sequence[float] = SLOWDOWNS) -> 
                      residual, counts)
 
 
+# The interpreter-lock shares a threaded run's fit tries first; then the two halfway to the
+# best one's neighbours (a plan of a 400-update run takes about 1.5 s here).
+GIL_SHARES = tuple(i / 10 for i in range(11))
+# The work whose share the fit sets: what `rlcore calibrate` measures as the decode's share
+# (prefill with it) and the update's; weight copies and scoring keep the base's.
+GIL_SECTIONS = ("decode", "prefill", "update")
+
+
+def with_gil_share(profile: HardwareProfile, share: float) -> HardwareProfile:
+    """`profile` with decode, prefill and update holding the interpreter lock for `share`."""
+    return dataclasses.replace(profile, **{
+        section: dataclasses.replace(getattr(profile, section), gil_share=share)
+        for section in GIL_SECTIONS})
+
+
+@dataclasses.dataclass(frozen=True)
+class InterpreterFit:
+    """The fitted interpreter-lock share, and each threaded run's planned updates/s at it
+    relative to its own (path -> relative error)."""
+
+    share: float
+    error: dict[str, float]
+
+
+def fit_interpreter(profile: HardwareProfile, runs: Sequence[RunSpans],
+                    shares: Sequence[float] = GIL_SHARES) -> InterpreterFit:
+    """The share whose plans of the threaded `runs`, on `profile`'s prices and each run's
+    recorded response lengths, give updates/s closest to the runs' own (least squares in
+    relative error; the smaller share on a tie): the best of `shares`, or of the two
+    halfway to its neighbours."""
+    from rlcore.config import load_config
+    from rlcore.plan.lengths import empirical
+    from rlcore.plan.planner import plan, workload
+
+    loads = [(r, load_config(r.path)) for r in runs]
+    works = [(r, cfg, workload(cfg, empirical(r.path, as_recorded=True))) for r, cfg in loads]
+    tried: dict[float, dict[str, float]] = {}
+
+    def error(share: float) -> float:
+        trial = with_gil_share(profile, share)
+        tried[share] = {r.path: plan(cfg, work, trial)["updates_per_s"] / r.updates_per_s - 1
+                        for r, cfg, work in works}
+        return sum(e * e for e in tried[share].values())
+
+    grid = sorted(shares)
+    scores = {g: error(g) for g in grid}
+    coarse = min(grid, key=lambda g: (scores[g], g))
+    i = grid.index(coarse)
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(grid):
+            half = (grid[j] + coarse) / 2
+            scores[half] = error(half)
+    best = min(scores, key=lambda g: (scores[g], g))
+    return InterpreterFit(best, tried[best])
+
+
 def priced(base: HardwareProfile, fit: InSituFit, name: str, runs: Sequence[RunSpans]
            ) -> HardwareProfile:
     """`base` with the fitted prices, slowdown and provenance; a copy's 'per_gb' price
@@ -237,10 +301,25 @@ def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, n
         raise ConfigError("the runs ran on different CPUs ("
                           + "; ".join(sorted({f'{r.path}: {r.cpu}' for r in runs}))
                           + "): a profile belongs to one host; fit each host's runs apart")
-    fit = fit_spans([sp for r in runs for sp in r.spans])
-    profile = priced(base, fit, name, runs)
+    threaded = [r for r in runs if r.mode == "async"]
+    pricing = [r for r in runs if r.mode != "async"]
+    if not pricing:
+        raise ConfigError("every run is of the threaded baseline (mode async), whose spans "
+                          "hold waits for the interpreter lock: add a sync or areal run to "
+                          "price the work")
+    fit = fit_spans([sp for r in pricing for sp in r.spans])
+    profile = priced(base, fit, name, pricing)
     report = "\n".join(f"  {role:<11} residual {fit.residual[role]:6.1%} over {n} spans"
                        for role, n in fit.spans.items())
     report += (f"\n  slowdown    {fit.slowdown:.2f} while rollout and trainer compute at once"
                f"\n  prices      " + ", ".join(f"{k} {v:.3g}" for k, v in fit.prices.items()))
+    if threaded:
+        gil = fit_interpreter(profile, threaded)
+        profile = dataclasses.replace(
+            with_gil_share(profile, gil.share),
+            source=f"{profile.source}; interpreter-lock share of {', '.join(GIL_SECTIONS)} "
+                   f"planned against {', '.join(r.path for r in threaded)}")
+        report += (f"\n  interpreter {gil.share:.2f} of {', '.join(GIL_SECTIONS)}; planned "
+                   "updates/s against live: "
+                   + ", ".join(f"{e:+.1%} ({p})" for p, e in gil.error.items()))
     return profile, report
