@@ -86,7 +86,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     import dataclasses
     import time
 
-    from rlcore.measure.fidelity import fidelity_markdown, fit_split, judge, load_split
+    from rlcore.measure.fidelity import fidelity_markdown, load_split, run_split
     from rlcore.record.rundir import atomic_write_json
     from rlcore.runners.asynchronous import forkserver
 
@@ -95,16 +95,10 @@ def _fidelity(args: argparse.Namespace) -> int:
     split = dataclasses.replace(split, updates=args.updates or split.updates,
                                 repeats=args.repeats or split.repeats)
     out = Path(args.out)
-    result: dict[str, object] = {"split": str(args.split)}
-    if args.profile:
-        profile = Path(args.profile)
-    else:
-        t0 = time.perf_counter()
-        profile, report = fit_split(split, out, args.base)
-        result["fit_s"] = time.perf_counter() - t0
-        print(f"fitted {profile} in {result['fit_s']:.0f} s (the fitting runs and the fit)\n"
-              f"{report}")
-    result.update(profile=str(profile), **judge(split, profile))
+    t0 = time.perf_counter()
+    result = {"split": str(args.split),
+              **run_split(split, out, args.base, Path(args.profile) if args.profile else None)}
+    result["total_s"] = time.perf_counter() - t0
     atomic_write_json(out / "fidelity.json", result)
     table = fidelity_markdown(result)
     (out / "fidelity.md").write_text(table)
@@ -215,8 +209,8 @@ def _fidelity_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--profile", metavar="FILE",
                    help="judge this profile instead of fitting one (e.g. a shipped one)")
     f.add_argument("--updates", type=int, help="updates per run (default: the split's)")
-    f.add_argument("--repeats", type=int, help="live runs per held-out config (default: the "
-                                               "split's)")
+    f.add_argument("--repeats", type=int, help="rounds: live runs of each held-out and each "
+                                               "fitting config (default: the split's)")
     f.set_defaults(func=_fidelity)
 
 

@@ -3,9 +3,9 @@
 The split (`config/fidelity.yaml`) names the configs a profile is fitted to and the
 held-out configs it is judged on, each a base config with `--set` overrides. It is what
 keeps the validation honest, so it is checked when read: the two sets share no name and no
-config, and every config loads. `fit_split` runs the fitting configs live and fits a
-profile to their spans (`in_situ.py`); `judge` runs the held-out ones live, virtual on that
-profile and planned (`bench.py::bench_virtual`); `fidelity_markdown` is the table.
+config, and every config loads. `run_split` runs both live, round by round, fits a profile
+to the fitting runs' spans (`in_situ.py`), and runs the held-out configs virtual on it and
+planned; `fidelity_markdown` is the table.
 """
 
 from __future__ import annotations
@@ -86,34 +86,65 @@ def load_split(path: str | Path) -> FidelitySplit:
     return split
 
 
-def fit_split(split: FidelitySplit, out: Path, base: str) -> tuple[Path, str]:
-    """Run each fitting config live once (`split.updates` updates) into out/fit/NAME, fit a
-    profile to their spans (`in_situ.py`) and write it to out/profile.yaml."""
+def fit_runs(dirs: list[Path], base: str, path: Path) -> str:
+    """Fit a profile to the live runs in `dirs` (`in_situ.py`), write it to `path`; returns
+    the fit's report."""
     from rlcore.clock.profile import load_profile
-    from rlcore.measure.bench import prepared
     from rlcore.measure.calibrate import write_profile
     from rlcore.measure.in_situ import calibrate_from_runs
-    from rlcore.runners import run_mode
 
-    dirs = []
-    for name, cfg in split.configs("fit"):
-        d = out / "fit" / name
-        run_mode(prepared(cfg, split.updates, "wall"), d, force=True)
-        dirs.append(d)
     profile, report = calibrate_from_runs(dirs, load_profile(base), "in-situ")
-    path = out / "profile.yaml"
     write_profile(profile, report, path)
-    return path, report
+    return report
 
 
-def judge(split: FidelitySplit, profile: Path) -> dict[str, Any]:
-    """The held-out configs live (`split.repeats` times, interleaved), virtual on `profile`
-    and planned: `bench.py::bench_virtual`'s figures per config."""
-    from rlcore.measure.bench import bench_virtual
+def run_split(split: FidelitySplit, out: Path, base: str, profile: Path | None = None
+              ) -> dict[str, Any]:
+    """The whole check. Round by round (`split.repeats`), each fitting config live into
+    out/fit/ROUND/NAME, then each held-out config live; a profile fitted to every round's
+    fitting runs (out/profile.yaml); then each held-out config on the virtual clock of that
+    profile, and planned. Spreading the fitting runs over the same hour as the held-out
+    ones keeps the machine's drift (up to 40 % between hours on this VM) out of the
+    comparison. `fit_s` is what a user fitting once pays: the first round's fitting runs
+    and a fit of them alone (out/profile-round0.yaml). With `profile`, nothing is fitted."""
+    import time
 
-    cfgs = [(name, dataclasses.replace(cfg, runtime=dataclasses.replace(
-        cfg.runtime, hardware=str(profile)))) for name, cfg in split.configs("heldout")]
-    return bench_virtual(cfgs, split.updates, split.repeats)
+    from rlcore.measure.bench import against_live, planned, prepared, timed_run
+
+    held = [(name, prepared(cfg, split.updates, "wall")) for name, cfg in split.configs("heldout")]
+    fitting = [] if profile else split.configs("fit")
+    live: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in held}
+    calls: dict[str, list[float]] = {name: [] for name, _ in held}
+    rounds: list[list[Path]] = []
+    result: dict[str, Any] = {}
+    for r in range(split.repeats):
+        t0 = time.perf_counter()
+        rounds.append([])
+        for name, cfg in fitting:
+            d = out / "fit" / f"round{r}" / name
+            timed_run(prepared(cfg, split.updates, "wall"), d)
+            rounds[-1].append(d)
+        if fitting and r == 0:
+            report = fit_runs(rounds[0], base, out / "profile-round0.yaml")
+            result["fit_s"] = time.perf_counter() - t0
+            print(f"one round of fitting runs and its fit: {result['fit_s']:.0f} s\n{report}")
+        for name, cfg in held:
+            fig, call_s = timed_run(cfg, out / "live" / name)
+            live[name].append(fig)
+            calls[name].append(call_s)
+    if profile is None:
+        profile = out / "profile.yaml"
+        report = fit_runs([d for ds in rounds for d in ds], base, profile)
+        print(f"the fit of every round's fitting runs: {profile}\n{report}")
+    result.update(profile=str(profile), updates=split.updates, repeats=split.repeats,
+                  hardware=str(profile), configs={})
+    for name, cfg in held:
+        vcfg = dataclasses.replace(cfg, runtime=dataclasses.replace(
+            cfg.runtime, clock="virtual", hardware=str(profile)))
+        fig, call_s = timed_run(vcfg, out / "virtual" / name)
+        result["configs"][name] = against_live(live[name], calls[name], fig, [call_s],
+                                               planned(vcfg, out / "virtual" / name))
+    return result
 
 
 # The goals of #39: updates/s within 5 % at the median and 10 % at worst; drop rate and
