@@ -176,12 +176,10 @@ class TestTiming:
 # it is there for (checked below): fast rollout for `filter` (samples go stale, two trainers
 # race), slower rollout under the throttle (it waits for admission, yet versions still change
 # mid-generation).
-def decode_step_s(mode: str, control: str, trainers: int) -> float:
+def decode_step_s(control: str, trainers: int) -> float:
     if control == "filter":
         return 2e-3
-    if trainers == 1:
-        return 1.2e-2
-    return 6e-3 if mode == "async" else 1e-2
+    return 1.2e-2 if trainers == 1 else 1e-2
 
 
 CASES = [(mode, interrupt, control, trainers, None)
@@ -200,8 +198,7 @@ def test_a_plan_with_the_runs_lengths_makes_the_runs_decisions(
     until the cut), the planner's roles must make every decision the live roles made, at the
     same virtual times."""
     profile = {**RUN_PROFILE,
-               "decode": {**RUN_PROFILE["decode"], "step_s": decode_step_s(mode, control,
-                                                                           trainers)}}
+               "decode": {**RUN_PROFILE["decode"], "step_s": decode_step_s(control, trainers)}}
     (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile))
     base = virtual_config(tiny_model_dir, tmp_path, mode, 1, interrupt=interrupt,
                           staleness_control=control, rollout_train_ratio=ratio).to_dict()
