@@ -100,6 +100,21 @@ def test_the_fit_recovers_prices_and_slowdown_from_spans_made_by_hand():
     assert fit.prices == pytest.approx({"decode.step_s": 0.01, "update.call_s": 0.5})
     assert fit.residual == pytest.approx({"rollout": 0.0, "trainer": 0.0}, abs=1e-9)
     assert fit.spans == {"rollout": 2, "trainer": 2}
+    assert fit.stalls == {"rollout": 0, "trainer": 0}
+
+
+def test_a_stall_of_the_host_is_left_out_of_the_fit():
+    # ten 0.1 s decodes (10 steps of 10 ms) and one that the host paused for 0.6 s: with it,
+    # least squares would price a step at 0.0155 s; without it, at 0.01 s exactly
+    spans = [_span("rollout", 0.0, **{"decode.step_s": 10}) for _ in range(10)]
+    spans.append(Span("rollout", 0.7, 0.0, {"decode.step_s": 10}))
+    fit = fit_spans(spans, slowdowns=[0.0])
+    assert fit.prices == pytest.approx({"decode.step_s": 0.01})
+    assert (fit.spans, fit.stalls) == ({"rollout": 10}, {"rollout": 1})
+    # a span 3 times its price is slow work, not a stall: it stays in
+    spans[-1] = Span("rollout", 0.3, 0.0, {"decode.step_s": 10})
+    fit = fit_spans(spans, slowdowns=[0.0])
+    assert fit.stalls == {"rollout": 0} and fit.prices["decode.step_s"] > 0.01
 
 
 def test_priced_turns_a_per_gb_price_into_a_bandwidth_and_keeps_the_rest(tmp_path: Path):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,14 @@ class InSituFit:
     slowdown: float
     residual: dict[str, float]  # role -> RMS error over the role's mean span
     spans: dict[str, int]  # role -> spans fitted
+    stalls: dict[str, int]  # role -> spans left out as stalls of the host (`STALL`)
+
+
+# A span that took more than this many times its fitted price is a stall of the host (this
+# VM pauses a process for 0.4-0.7 s now and then), not work at the price's rate: least
+# squares in seconds would spread a few of them over every price. Such spans are left out
+# and the fit is done again. Live runs keep their stalls; the virtual clock has none.
+STALL = 4.0
 
 
 def _stretch(spans: Sequence[Span], s: float) -> np.ndarray:
@@ -184,7 +193,31 @@ def _stretch(spans: Sequence[Span], s: float) -> np.ndarray:
 
 def fit_spans(spans: Sequence[Span], slowdowns: Sequence[float] = SLOWDOWNS) -> InSituFit:
     """Prices (>= 0) and the slowdown that best explain the spans' seconds, least squares in
-    seconds, every term and span at once."""
+    seconds, every term and span at once; then again without the spans that took more than
+    `STALL` times their price."""
+    first = _fit(spans, slowdowns)
+    stall = [sp.seconds > STALL * p > 0 for sp, p in zip(spans, first.predicted, strict=True)]
+    if not any(stall):
+        return first.result({})
+    stalls = Counter(sp.role for sp, stalled in zip(spans, stall, strict=True) if stalled)
+    kept = [sp for sp, stalled in zip(spans, stall, strict=True) if not stalled]
+    return _fit(kept, slowdowns).result(dict(stalls))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fit:
+    prices: dict[str, float]
+    slowdown: float
+    predicted: np.ndarray
+    residual: dict[str, float]
+    spans: dict[str, int]
+
+    def result(self, stalls: dict[str, int]) -> InSituFit:
+        return InSituFit(self.prices, self.slowdown, self.residual, self.spans,
+                         {role: stalls.get(role, 0) for role in self.spans})
+
+
+def _fit(spans: Sequence[Span], slowdowns: Sequence[float]) -> _Fit:
     terms = sorted({k for sp in spans for k, v in sp.work.items() if v})
     x = np.array([[sp.work.get(k, 0.0) for k in terms] for sp in spans], dtype=float)
     y = np.array([sp.seconds for sp in spans], dtype=float)
@@ -205,8 +238,8 @@ def fit_spans(spans: Sequence[Span], slowdowns: Sequence[float] = SLOWDOWNS) -> 
         idx = [i for i, sp in enumerate(spans) if sp.role == role]
         rms = float(np.sqrt(np.mean((predicted[idx] - y[idx]) ** 2)))
         residual[role], counts[role] = rms / float(np.mean(y[idx])), len(idx)
-    return InSituFit(dict(zip(terms, (float(c) for c in coef), strict=True)), slowdown,
-                     residual, counts)
+    return _Fit(dict(zip(terms, (float(c) for c in coef), strict=True)), slowdown, predicted,
+                residual, counts)
 
 
 # The interpreter-lock shares a threaded run's fit tries first; then the two halfway to the
@@ -310,6 +343,8 @@ def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, n
     fit = fit_spans([sp for r in pricing for sp in r.spans])
     profile = priced(base, fit, name, pricing)
     report = "\n".join(f"  {role:<11} residual {fit.residual[role]:6.1%} over {n} spans"
+                       + (f" ({fit.stalls[role]} left out as stalls)" if fit.stalls[role]
+                          else "")
                        for role, n in fit.spans.items())
     report += (f"\n  slowdown    {fit.slowdown:.2f} while rollout and trainer compute at once"
                f"\n  prices      " + ", ".join(f"{k} {v:.3g}" for k, v in fit.prices.items()))
