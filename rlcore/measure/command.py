@@ -19,8 +19,8 @@ def _bench(args: argparse.Namespace) -> int:
         bench_replay,
         bench_sandbox,
         bench_verifiers,
-        bench_virtual,
     )
+    from rlcore.measure.live_vs_virtual import bench_virtual
     from rlcore.record.rundir import atomic_write_json
 
     cfg = load_config(args.config, args.set)

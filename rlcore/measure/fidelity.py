@@ -109,7 +109,8 @@ def run_split(split: FidelitySplit, out: Path, base: str, profile: Path | None =
     and a fit of them alone (out/profile-round0.yaml). With `profile`, nothing is fitted."""
     import time
 
-    from rlcore.measure.bench import against_live, planned, prepared, timed_run
+    from rlcore.measure.bench import prepared
+    from rlcore.measure.live_vs_virtual import against_live, planned, timed_run
 
     held = [(name, prepared(cfg, split.updates, "wall")) for name, cfg in split.configs("heldout")]
     fitting = [] if profile else split.configs("fit")
