@@ -9,6 +9,7 @@ import json
 import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,62 @@ class TestScheduler:
         # a ends at 2, 4, 6; b at 3, 6. At 6 both wake: b asked for its wake-up when it was
         # at 3, a when it was at 4, so b runs first.
         assert log == [("a", 2), ("b", 3), ("a", 4), ("b", 6), ("a", 6)]
+
+    def test_compute_keeps_charges_schedule(self):
+        # The same roles as above, a computing through `compute`: the same times and order.
+        clock = VirtualClock(SECONDS)
+        log: list[tuple[str, float]] = []
+
+        def a() -> None:
+            for _ in range(3):
+                clock.compute(Update(tokens=2), lambda: None)
+                log.append(("a", clock.now()))
+
+        def b() -> None:
+            for _ in range(2):
+                clock.charge(Update(tokens=3))
+                log.append(("b", clock.now()))
+
+        run_roles(clock, {"a": a, "b": b})
+        assert log == [("a", 2), ("b", 3), ("a", 4), ("b", 6), ("a", 6)]
+
+    def test_compute_runs_while_the_next_role_has_the_baton(self):
+        # a's computation can only finish once b has run: under `charge` (computing on the
+        # baton) this would wait out its timeout; under `compute` b runs meanwhile.
+        clock = VirtualClock(SECONDS)
+        b_ran = threading.Event()
+        seen: list[tuple[str, bool, float]] = []
+
+        def a() -> None:
+            done = clock.compute(Update(tokens=2), lambda: b_ran.wait(timeout=30))
+            seen.append(("a", done, clock.now()))
+
+        def b() -> None:
+            clock.charge(Update(tokens=1))
+            b_ran.set()
+            seen.append(("b", True, clock.now()))
+
+        run_roles(clock, {"a": a, "b": b})
+        assert seen == [("b", True, 1), ("a", True, 2)]
+
+    def test_a_failed_compute_raises_in_its_turn(self):
+        clock = VirtualClock(SECONDS)
+        order: list[str] = []
+
+        def a() -> None:
+            def fail() -> None:
+                raise ValueError("bad")
+            try:
+                clock.compute(Update(tokens=2), fail)
+            except ValueError:
+                order.append(f"a failed at {clock.now():g}")
+
+        def b() -> None:
+            clock.charge(Update(tokens=1))
+            order.append(f"b at {clock.now():g}")
+
+        run_roles(clock, {"a": a, "b": b})
+        assert order == ["b at 1", "a failed at 2"]
 
     def test_a_put_wakes_the_getter_at_the_putters_time(self):
         clock = VirtualClock(SECONDS)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from rlcore.clock.profile import HardwareProfile
 from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Work, WorkTally
 from rlcore.config import RuntimeConfig
+
+R = TypeVar("R")
 
 
 class Clock(Protocol):
@@ -32,6 +35,11 @@ class Clock(Protocol):
 
     def charge(self, work: Work) -> None:
         """Report a computation the caller has just done (virtual: its price passes)."""
+        ...
+
+    def compute(self, work: Work, fn: Callable[[], R]) -> R:
+        """Run `fn`, a computation of `work` that reads and writes only the caller's own
+        state, and report it (virtual: other roles run meanwhile); returns what fn returns."""
         ...
 
     def take_work(self) -> dict[str, float]:
@@ -65,6 +73,11 @@ class WallClock:
     def charge(self, work: Work) -> None:
         """The work took its real time already: it is only tallied, for the span it is in."""
         self._tally().add(work)
+
+    def compute(self, work: Work, fn: Callable[[], R]) -> R:
+        result = fn()
+        self.charge(work)
+        return result
 
     def take_work(self) -> dict[str, float]:
         return self._tally().take()

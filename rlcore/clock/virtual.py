@@ -14,7 +14,11 @@ of the run's config: no wall time, thread timing or machine load enters it.
 
 Each computation is really executed, while virtual time stands still; a role sees the
 others' state as it was when its computation began, and others see its results when the
-computation's price has passed. The roles computing at once share processors, each pool
+computation's price has passed. A computation whose work is known before it runs, and which
+touches only its role's own state (`compute`: a prefill, an update), is booked first and run
+after the baton has passed on, so that it runs in real time beside the roles that come next:
+the schedule is the same, decided before the computation's results exist, and the run takes
+less of the machine's time. The roles computing at once share processors, each pool
 slowing its computations by how many run at once: under the threaded baseline
 (`shared_interpreter`) one interpreter lock, whose `gil_share` of each price
 (`profile.py`) slows the others; otherwise the cores (`profile.cpu`), and one accelerator
@@ -30,13 +34,14 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
 from rlcore.clock.work import Work, WorkTally
 from rlcore.config import RuntimeConfig
 
 MAIN = "controller"  # the role of the thread that creates the clock
+R = TypeVar("R")
 
 
 class Cancelled(BaseException):
@@ -140,16 +145,41 @@ class VirtualClock:
 
     def charge(self, work: Work) -> None:
         """The caller computed `work`: it resumes once the work's price has passed."""
+        me = self._book(work)
+        if me is not None:
+            self._switch(me)
+
+    def compute(self, work: Work, fn: Callable[[], R]) -> R:
+        """Book `work` now, pass the baton on, then run `fn` (which must touch only the
+        caller's own state) while the next roles run; resume, as `charge` does, once the
+        work's price has passed."""
+        me = self._book(work)
+        if me is None:
+            return fn()
+        passed = self._pass(me)
+        try:
+            result = fn()
+        except BaseException:
+            if passed:  # its failure surfaces in turn, as it would have on the baton
+                self._wait_turn(me)
+            raise
+        if passed:
+            self._wait_turn(me)
+        return result
+
+    def _book(self, work: Work) -> _Role | None:
+        """Account `work` to the caller and set when it resumes; the caller, if it must give
+        the baton up (None: the work is free or the run has ended)."""
         seconds = self._costs.seconds(work)
         term = type(work).__name__.lower()
         self.charged[term] = self.charged.get(term, 0.0) + seconds
         if self.closed:
-            return
+            return None
         role = getattr(self._local, "role", None)
         if role is not None:
             role.tally.add(work)
         if seconds <= 0:
-            return
+            return None
         me = self._me()
         me.charged += seconds
         pool = self._pool(work)
@@ -162,7 +192,7 @@ class VirtualClock:
                 pool.share[me] = self._costs.gil_share(work)
                 me.pool = pool
                 self._rewake(pool)
-        self._switch(me)
+        return me
 
     def take_work(self) -> dict[str, float]:
         return self._me().tally.take()
@@ -294,6 +324,11 @@ class VirtualClock:
         role.baton.set()
 
     def _switch(self, me: _Role) -> None:
+        if self._pass(me):
+            self._wait_turn(me)
+
+    def _pass(self, me: _Role) -> bool:
+        """Hand the baton to the next role; False if that is `me` (it runs on at once)."""
         with self._lock:
             nxt = self._next()
             if nxt is None:
@@ -302,10 +337,10 @@ class VirtualClock:
             assert nxt is not None
             if nxt is me:
                 self._resume(me)
-                return
+                return False
             me.baton.clear()
             self._hand(nxt)
-        self._wait_turn(me)
+        return True
 
     def _wait_turn(self, me: _Role) -> None:
         me.baton.wait()

@@ -283,19 +283,32 @@ class HFPolicy:
         prox_all = None
         if cfg.objective == "decoupled":
             # AReaL eq. 3: the proximal policy is the one before this update's first step.
-            prox_all = self.recompute_logprobs(batch.prompt_ids, batch.response_ids, temperature)
-            clock.charge(Prefill(calls=1, tokens=_padded_tokens(batch)))
+            prox_all = clock.compute(
+                Prefill(calls=1, tokens=_padded_tokens(batch)),
+                lambda: self.recompute_logprobs(batch.prompt_ids, batch.response_ids,
+                                                temperature))
         t_prox = clock.now() - t0
-        tokens = 0
-        self.model.train(False)
         n = len(batch)
+        # Near-equal parts: a batch of whole groups may be short of update_batch_size, and no
+        # sample may fall outside every minibatch.
+        parts = [list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
+                 for m in range(cfg.minibatches)]
+        tokens = sum(_padded_tokens(batch.select(idx)) for idx in parts)
+        totals = clock.compute(Update(tokens=tokens), lambda: self._steps(
+            batch, parts, prox_all, temperature=temperature, current_version=current_version))
+        totals["time/prox_recompute_s"] = t_prox
+        totals["time/update_s"] = clock.now() - t0
+        return totals
+
+    def _steps(self, batch: TrainBatch, parts: list[list[int]],
+               prox_all: list[list[float]] | None, *, temperature: float,
+               current_version: int) -> dict[str, float]:
+        """An update's optimizer steps, one per part of the batch; returns mean stats."""
+        cfg = self.train_cfg
+        self.model.train(False)
         totals: dict[str, float] = {}
-        for m in range(cfg.minibatches):
-            # Near-equal parts: a batch of whole groups may be short of update_batch_size,
-            # and no sample may fall outside every minibatch.
-            idx = list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
+        for idx in parts:
             mb = batch.select(idx)
-            tokens += _padded_tokens(mb)
             logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
             dev, f32 = self.device, torch.float32
             mask = pad_right([[1.0] * len(r) for r in mb.response_ids], 0.0, f32, dev)
@@ -320,9 +333,6 @@ class HFPolicy:
                 self.optimizer.step()
             for k, v in {**stats.as_dict(), "loss": loss.item(), "grad_norm": grad_norm}.items():
                 totals[k] = totals.get(k, 0.0) + v / cfg.minibatches
-        clock.charge(Update(tokens=tokens))
-        totals["time/prox_recompute_s"] = t_prox
-        totals["time/update_s"] = clock.now() - t0
         return totals
 
     # --- state --------------------------------------------------------------------------

@@ -168,6 +168,10 @@ class ChunkedSampler:
         return len(self.gens[row].response_ids)
 
     def _prefill(self) -> torch.Tensor:
+        return self.clock.compute(Prefill(calls=1, tokens=self.ids.numel()), self._forward_all)
+
+    def _forward_all(self) -> torch.Tensor:
+        """A new KV cache of every position so far; returns the last position's logits."""
         self.cache = DynamicCache()
         pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad(), self.policy.autocast():
@@ -175,9 +179,7 @@ class ChunkedSampler:
                 input_ids=self.ids, attention_mask=self.mask, position_ids=pos,
                 use_cache=True, **{self._cache_kw: self.cache},
             )
-        logits = out.logits[:, -1].float()
-        self.clock.charge(Prefill(calls=1, tokens=self.ids.numel()))
-        return logits
+        return out.logits[:, -1].float()
 
     def reprefill(self, version: int) -> None:
         """Rebuild the KV cache of prompt + partial response under the current weights."""
