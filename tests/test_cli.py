@@ -217,6 +217,13 @@ class TestBuildBase:
         assert not (tmp_path / "mine.tmp").exists()
 
 
+def test_bench_refuses_a_directory_for_out_before_timing_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the config does not exist either: the --out check comes first, and nothing is run
+    assert main(["bench", str(tmp_path / "absent.yaml"), "--out", str(tmp_path)]) == 2
+    assert_one_error(capsys, f"--out {tmp_path} is a directory", "bench.json")
+
+
 def test_config_schema_prints_the_schema_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config-schema"]) == 0
     captured = capsys.readouterr()

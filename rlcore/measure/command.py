@@ -23,6 +23,9 @@ def _bench(args: argparse.Namespace) -> int:
     from rlcore.measure.live_vs_virtual import bench_virtual
     from rlcore.record.rundir import atomic_write_json
 
+    if args.out and Path(args.out).is_dir():  # found now, not after minutes of timing
+        raise ConfigError(f"--out {args.out} is a directory: give the JSON file to write, "
+                          f"e.g. --out {Path(args.out) / 'bench.json'}")
     cfg = load_config(args.config, args.set)
     if args.virtual:
         from rlcore.plan.planner import sweep_values
