@@ -116,8 +116,9 @@ def base_input(wildcards):
 # What a job holds of the machine (`threads:` and the `gpu` resource of runs and replays). A
 # wall-clock run's times are what it measures, so it holds the machine alone: every core
 # (Snakemake scales a claim above --cores down to it) and both device slots. A virtual run's
-# and a replay's times are a function of their config, and their roles take turns on one
-# core, so two of them share the machine.
+# and a replay's times are a function of their config, and their roles mostly take turns on
+# one core (a virtual run's prefills and updates compute beside the next role), so two of
+# them share the machine.
 def timed_alone(wildcards):
     """A wall-clock run, not a replay of one (whose times are its schedule's)."""
     return wildcards.clock == WALL_CLOCK and not hasattr(wildcards, "replayed")
