@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rlcore.clock.processors import interpreter_speeds
 from rlcore.clock.profile import (
     HARDWARE_DIR,
     AcceleratorCost,
@@ -34,7 +35,6 @@ from rlcore.clock.virtual import (
     VirtualDeadlock,
     VirtualFlag,
     VirtualQueue,
-    interpreter_speeds,
 )
 from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights
 from rlcore.config import ConfigError, config_from_dict

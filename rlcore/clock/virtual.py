@@ -32,10 +32,11 @@ import itertools
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from rlcore.clock.processors import Pool, interpreter_speeds, shared_speed, uniform
 from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
 from rlcore.clock.work import Work, WorkTally
 from rlcore.config import RuntimeConfig
@@ -60,45 +61,9 @@ class _Role:
     seq: int = 0  # tie-break among roles waking at the same time: first set, first run
     waiting: object | None = None  # the queue or flag it is blocked on
     left: bool = False  # its function has returned
-    pool: _Pool | None = None  # the processors it is computing on now, when shared
+    pool: Pool[_Role] | None = None  # the processors it is computing on now, when shared
     charged: float = 0.0  # seconds of work it has been charged, at full speed
     tally: WorkTally = field(default_factory=WorkTally)  # its work since it last took it
-
-
-def shared_speed(n: int, processors: int | None, slowdown: float) -> float:
-    """The speed of each of n computations at once on shared processors (None: one each):
-    a share of the processors, slowed by what they share (`CpuCost`, `AcceleratorCost`)."""
-    running = n if processors is None else min(n, processors)
-    return running / n / (1 + slowdown * (running - 1))
-
-
-def interpreter_speeds(shares: Sequence[float]) -> list[float]:
-    """The speed of each computation at once in one interpreter, given each one's
-    `gil_share`: each pair of them contends for the lock for the smaller of their shares,
-    so two computations of share g take 1 + g times as long as one alone (what
-    `rlcore calibrate` measures as g), and share 1 serialises them."""
-    return [1 / (1 + sum(min(g, h) for j, h in enumerate(shares) if j != i))
-            for i, g in enumerate(shares)]
-
-
-@dataclass(eq=False)
-class _Pool:
-    """Processors that the roles computing on them share: the computations at once, each
-    with its share of what they contend for, run at speeds(shares) of their full speeds."""
-
-    speeds: Callable[[Sequence[float]], list[float]]
-    busy: dict[_Role, float] = field(default_factory=dict)  # seconds left at full speed
-    share: dict[_Role, float] = field(default_factory=dict)  # each one's share (gil_share)
-    at: float = 0.0  # when `busy` was last brought up to date
-
-    def speed(self) -> dict[_Role, float]:
-        """Each computing role's speed now."""
-        roles = list(self.busy)
-        return dict(zip(roles, self.speeds([self.share[r] for r in roles]), strict=True))
-
-
-def _uniform(speed: Callable[[int], float]) -> Callable[[Sequence[float]], list[float]]:
-    return lambda shares: [speed(len(shares))] * len(shares) if shares else []
 
 
 class VirtualClock:
@@ -117,12 +82,12 @@ class VirtualClock:
         sharing = not shared_interpreter and (
             profile.cpu.cores is not None or profile.cpu.concurrent_slowdown > 0)
         cpu, device = profile.cpu, profile.accelerator
-        self._interpreter = _Pool(interpreter_speeds) if shared_interpreter else None
-        self._cpu = (_Pool(_uniform(lambda n: shared_speed(n, cpu.cores,
+        self._interpreter = Pool[_Role](interpreter_speeds) if shared_interpreter else None
+        self._cpu = (Pool[_Role](uniform(lambda n: shared_speed(n, cpu.cores,
                                                            cpu.concurrent_slowdown)))
                      if sharing else None)
         self._accelerator = (
-            _Pool(_uniform(lambda n: shared_speed(n, None, device.concurrent_slowdown)))
+            Pool[_Role](uniform(lambda n: shared_speed(n, None, device.concurrent_slowdown)))
             if not shared_interpreter and device is not None else None)
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -158,14 +123,10 @@ class VirtualClock:
             return fn()
         passed = self._pass(me)
         try:
-            result = fn()
-        except BaseException:
-            if passed:  # its failure surfaces in turn, as it would have on the baton
+            return fn()
+        finally:  # its result, or its failure, comes out in its turn
+            if passed:
                 self._wait_turn(me)
-            raise
-        if passed:
-            self._wait_turn(me)
-        return result
 
     def _book(self, work: Work) -> _Role | None:
         """Account `work` to the caller and set when it resumes; the caller, if it must give
@@ -278,7 +239,7 @@ class VirtualClock:
                                "this virtual clock: only roles may wait or be charged")
         return role
 
-    def _pool(self, work: Work) -> _Pool | None:
+    def _pool(self, work: Work) -> Pool[_Role] | None:
         """The shared processors that compute `work`; None: the role's own."""
         if self._interpreter is not None:
             return self._interpreter
@@ -286,7 +247,7 @@ class VirtualClock:
             return self._accelerator
         return self._cpu
 
-    def _progress(self, pool: _Pool) -> None:
+    def _progress(self, pool: Pool[_Role]) -> None:
         """Count the work done by the pool's computing roles since `pool.at` (under the
         lock)."""
         if pool.busy and self._now > pool.at:
@@ -294,7 +255,7 @@ class VirtualClock:
                 pool.busy[role] -= (self._now - pool.at) * speed
         pool.at = self._now
 
-    def _rewake(self, pool: _Pool) -> None:
+    def _rewake(self, pool: Pool[_Role]) -> None:
         """Each of the pool's computing roles' end at its current speed, which changes
         whenever a computation on the pool starts or ends (under the lock)."""
         for role, speed in pool.speed().items():
