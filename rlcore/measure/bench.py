@@ -6,7 +6,8 @@ configs):
   * modes: sync, threaded async and AReaL-style run the same number of updates side by side,
     `repeats` times. The ideal speed-up of an overlapped runner over sync is
     (T_gen + T_train) / max(T_gen, T_train), from the sync run's own phase times; overlap
-    efficiency = achieved speed-up / ideal.
+    efficiency = achieved speed-up / ideal, and its three factors (`overlap`): stalls
+    between the roles, work done or slowed beyond sync's, and sync's own overhead.
   * floor: the sync runner's time per update against a bare sample-reward-update loop.
   * weight sync: one commit + reload through the parameter service's slots, against one
     in-memory copy of the same trainable state, for the config's model and for a randomly
@@ -100,27 +101,63 @@ def _mode_figures(s: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def overlap(sync: dict[str, Any], run: dict[str, Any]) -> dict[str, float]:
+    """An overlapped run's speed-up over sync (two summaries), and its efficiency split into
+    three factors whose product it is, exactly:
+
+      * pipeline_efficiency: the run's busiest computing role's busy time over its wall: 1
+        when rollout or trainer never waits for the other;
+      * work_efficiency: updates per busy second of that role, against sync's per second of
+        its longer phase: under 1 when the run does work sync does not (re-prefills, weight
+        reloads) or computes slower beside the other role;
+      * sync_overhead: sync's wall over its phases' sum (its time outside both phases).
+    """
+    s, r = sync["time"], run["time"]
+    t_gen = s["rollout_busy_s"] + s["controller_busy_s"]
+    longest = max(t_gen, s["trainer_busy_s"])
+    ideal = (t_gen + s["trainer_busy_s"]) / longest
+    ratio = (run["updates"] / r["wall_s"]) / (sync["updates"] / s["wall_s"])
+    busiest = max(r["rollout_busy_s"], r["trainer_busy_s"])
+    return {
+        "ideal_ratio": ideal,
+        "ratio_to_sync": ratio,
+        "overlap_efficiency": ratio / ideal,
+        "pipeline_efficiency": busiest / r["wall_s"],
+        "work_efficiency": (run["updates"] / busiest) / (sync["updates"] / longest),
+        "sync_overhead": s["wall_s"] / (t_gen + s["trainer_busy_s"]),
+        "rollout_busy_vs_sync": r["rollout_busy_s"] / s["rollout_busy_s"],
+        "trainer_busy_vs_sync": r["trainer_busy_s"] / s["trainer_busy_s"],
+    }
+
+
+OVERLAP_KEYS = ("ratio_to_sync", "overlap_efficiency", "pipeline_efficiency",
+                "work_efficiency", "rollout_busy_vs_sync", "trainer_busy_vs_sync")
+
+
 def bench_modes(cfg: RunConfig, updates: int, repeats: int) -> dict[str, Any]:
     """Each mode `repeats` times; per repetition, speed-ups are against that repetition's sync."""
     reps = []
     for _ in range(repeats):
         runs = {mode: _run_one(cfg, mode, updates) for mode in MODES}
-        sync_t = runs["sync"]["time"]
-        t_gen = sync_t["rollout_busy_s"] + sync_t["controller_busy_s"]
-        t_train = sync_t["trainer_busy_s"]
-        ideal = (t_gen + t_train) / max(t_gen, t_train)
-        rep: dict[str, Any] = {"ideal_ratio": ideal, "sync_t_gen_s": t_gen,
-                               "sync_t_train_s": t_train}
-        base = runs["sync"]["updates"] / sync_t["wall_s"]
+        sync = runs["sync"]
+        sync_t = sync["time"]
+        rep: dict[str, Any] = {
+            "sync_t_gen_s": sync_t["rollout_busy_s"] + sync_t["controller_busy_s"],
+            "sync_t_train_s": sync_t["trainer_busy_s"]}
         for mode, s in runs.items():
             fig = _mode_figures(s)
-            fig["ratio_to_sync"] = fig["updates_per_s"] / base
-            fig["overlap_efficiency"] = fig["ratio_to_sync"] / ideal
+            if mode != "sync":
+                figures = overlap(sync, s)
+                rep["ideal_ratio"] = figures.pop("ideal_ratio")
+                rep["sync_overhead"] = figures.pop("sync_overhead")
+                fig.update(figures)
             rep[mode] = fig
         reps.append(rep)
-    summary = {"ideal_ratio": statistics.mean(r["ideal_ratio"] for r in reps)}
+    summary = {key: statistics.mean(r[key] for r in reps)
+               for key in ("ideal_ratio", "sync_overhead")}
     for mode in MODES:
-        for key in ("updates_per_s", "ratio_to_sync", "overlap_efficiency"):
+        keys = ("updates_per_s",) if mode == "sync" else ("updates_per_s", *OVERLAP_KEYS)
+        for key in keys:
             values = [r[mode][key] for r in reps]
             summary[f"{mode}/{key}"] = statistics.mean(values)
             summary[f"{mode}/{key}_min"] = min(values)
