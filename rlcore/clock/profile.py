@@ -23,7 +23,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights, Work
+from rlcore.clock.work import Decode, Prefill, Reward, Update, Weights, Work, terms
 from rlcore.config.files import parse_yaml
 from rlcore.config.schema import schema_for, validation_errors
 from rlcore.errors import ConfigError
@@ -141,29 +141,17 @@ class HardwareProfile:
                 "native); null or absent: not recorded"})
 
     def seconds(self, work: Work) -> float:
-        """The price of `work` on this hardware."""
-        match work:
-            case Decode():
-                d = self.decode
-                return (d.step_s * work.steps + d.per_row_s * work.rows
-                        + d.per_row_context_s * work.row_context)
-            case Prefill():
-                return self.prefill.call_s * work.calls + self.prefill.per_token_s * work.tokens
-            case Update():
-                return self.update.call_s + self.update.per_token_s * work.tokens
-            case Weights():
-                c = self.weight_write if work.direction == "write" else self.weight_read
-                nbytes = work.nbytes if self.model_bytes is None else self.model_bytes
-                return c.call_s + nbytes / (c.gb_per_s * 1e9)
-            case Reward():
-                if work.kind in ("code", "math"):
-                    return self.reward.code_s if work.kind == "code" else self.reward.math_s
-                return self.reward.answer_s
-            case Handle():
-                return self.controller.message_s + self.controller.per_sample_s * work.samples
-            case Commit():
-                return self.commit.call_s
-        raise TypeError(f"no cost term for {work!r}")
+        """The price of `work` on this hardware: each of its terms (`work.py::terms`) at the
+        coefficient of the same name."""
+        return sum(self._term_s(key, quantity) for key, quantity in terms(work).items())
+
+    def _term_s(self, key: str, quantity: float) -> float:
+        section, coefficient = key.split(".")
+        cost = getattr(self, section)
+        if coefficient == "per_gb":  # a copy: its gigabytes, at the profile's bandwidth
+            gb = quantity if self.model_bytes is None else self.model_bytes / 1e9
+            return float(gb / cost.gb_per_s)
+        return float(getattr(cost, coefficient) * quantity)
 
     def gil_share(self, work: Work) -> float:
         """The share of `work`'s seconds that holds the interpreter lock."""
