@@ -87,3 +87,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def cfg(tiny_model_dir: Path) -> RunConfig:
     return config_from_dict(small_config(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`small_pipeline_config`'s grid run once with the default profile, and its report; the
+    workflow tests read it, and the Slurm test compares its own run with it."""
+    from tests.snakemake_run import snakemake, write_config
+
+    workdir = tmp_path_factory.mktemp("pipeline")
+    write_config(workdir, small_pipeline_config())
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = snakemake(workdir, "--report", "results/report.html")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir

@@ -14,16 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_workflow import (
-    BIN,
-    ENV,
-    FIGURES,
-    ROOT,
-    planned_jobs,
-    small_pipeline_config,
-    snakemake,
-    write_config,
-)
+from tests.conftest import small_pipeline_config
+from tests.snakemake_run import BIN, ENV, ROOT, snakemake, write_config
+from tests.test_workflow import FIGURES, planned_jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
@@ -102,10 +95,11 @@ def table(path: Path) -> dict[tuple[str, str], dict[str, str]]:
         return {(r["mode"], r["staleness_k"]): r for r in csv.DictReader(f)}
 
 
-def test_small_grid_end_to_end_on_slurm(local_slurm: Path, tmp_path: Path):
+def test_small_grid_end_to_end_on_slurm(local_slurm: Path, pipeline: Path, tmp_path: Path):
+    """The same grid as the workflow tests' `pipeline`, run with the default profile."""
     config = small_pipeline_config()
-    on_cluster, here = tmp_path / "slurm", tmp_path / "local"
-    for workdir in (on_cluster, here):
+    on_cluster, planned_here = tmp_path / "slurm", tmp_path / "plan"
+    for workdir in (on_cluster, planned_here):
         write_config(workdir, config)
     before = {j["id"] for j in slurm_jobs()}
 
@@ -115,7 +109,7 @@ def test_small_grid_end_to_end_on_slurm(local_slurm: Path, tmp_path: Path):
     jobs = [j for j in slurm_jobs() if j["id"] not in before]
     # every job of a heavy rule went through sbatch, and finished there; the light ones
     # (the Snakefile's localrules) ran here
-    planned = planned_jobs(snakemake(here, "-n"))
+    planned = planned_jobs(snakemake(planned_here, "-n"))
     heavy = {"base_model": 1, "run": 2, "base_eval": 1, "replay": 2}
     assert {rule: planned[rule] for rule in heavy} == heavy, planned
     submitted = [j["comment"].removeprefix("rule_").split("_wildcards")[0] for j in jobs]
@@ -127,20 +121,20 @@ def test_small_grid_end_to_end_on_slurm(local_slurm: Path, tmp_path: Path):
     again = on_slurm(on_cluster, "-n")
     assert "Nothing to be done" in again.stdout + again.stderr
 
-    # the same outputs as with the local executor; the sync run is deterministic, so its
-    # numbers (except wall-clock ones) agree exactly
-    assert snakemake(here).returncode == 0
-    files = {p.relative_to(on_cluster / "results") for p in (on_cluster / "results").rglob("*")
-             if "logs" not in p.parts}
-    assert files == {p.relative_to(here / "results") for p in (here / "results").rglob("*")
-                     if "logs" not in p.parts} | {Path("report.html")}
+    # the same outputs as with the local executor (the report included); the sync run is
+    # deterministic, so its numbers (except wall-clock ones) agree exactly
+    def outputs(workdir: Path) -> set[Path]:
+        results = workdir / "results"
+        return {p.relative_to(results) for p in results.rglob("*") if "logs" not in p.parts}
+
+    assert outputs(on_cluster) == outputs(pipeline)
     for name in FIGURES:
         assert (on_cluster / "results" / "figures" / f"{name}.png").is_file()
     sync_cluster = table(on_cluster / "results" / "tables" / "table1.csv")[("sync", "0")]
-    sync_here = table(here / "results" / "tables" / "table1.csv")[("sync", "0")]
+    sync_here = table(pipeline / "results" / "tables" / "table1.csv")[("sync", "0")]
     for key in ("heldout_pass_rate/mean", "reward_per_1k_tokens/mean"):
         assert sync_cluster[key] == sync_here[key], key
     run = Path("results/runs/wall/sync/none/k0/pg/seed0/eval.json")
     assert (json.loads((on_cluster / run).read_text())["per_task"]
-            == json.loads((here / run).read_text())["per_task"])
+            == json.loads((pipeline / run).read_text())["per_task"])
     assert yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())["executor"] == "slurm"

@@ -11,7 +11,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,12 +24,10 @@ from rlcore.clock.profile import HARDWARE_DIR, profile_path
 from rlcore.policy.stand_in import build_stand_in
 from rlcore.record.identity import RunId
 from tests.conftest import small_pipeline_config
+from tests.snakemake_run import BIN, ENV, PROFILE, ROOT, snakemake, snakemake_cmd, write_config
 
 # Every test here starts Snakemake at least once (seconds each): the slow tier.
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-PROFILE = ROOT / "workflow" / "profiles" / "default"
 FIGURES = ("pass_rate", "time_to_threshold", "reward_per_1k", "end_to_end",
            "quality_throughput", "quality_vs_k", "staleness", "length_bias", "queue_depth",
            "worker_activity", "quality_vs_k_replayed", "plan_vs_measured", "prompt_audit",
@@ -39,27 +36,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 RUN_IDS = ("wall/sync/none/k0/pg/seed0", "wall/areal/paper/k1/pg/seed0")
-
-# The jobs' warm launcher server (docs/launcher.md) outlives the tests by 30 s, not 5 min.
-ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-       "RLCORE_LAUNCHER_IDLE_S": "30"}
-
-
-def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
-    """The documented invocation (the default profile), pointed at a working directory."""
-    return [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-            "--profile", str(PROFILE), *args]
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(snakemake_cmd(workdir, *args), capture_output=True, text=True,
-                          env=ENV, timeout=600)
-
-
-def write_config(workdir: Path, data: dict) -> None:
-    (workdir / "config").mkdir(parents=True, exist_ok=True)
-    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(data))
-
 
 def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     """The job counts of a dry run's 'Job stats' table."""
@@ -98,17 +74,6 @@ def test_lint_and_format():
     fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"], cwd=ROOT,
                          capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stderr
-
-
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("pipeline")
-    write_config(workdir, small_pipeline_config())
-    result = snakemake(workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = snakemake(workdir, "--report", "results/report.html")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return workdir
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
