@@ -19,6 +19,7 @@ from rlcore.analysis.claims import (
     delta_for,
     paired_effect,
     ran_block_by_block,
+    same_weights,
     seeds_needed,
     seeds_needed_equivalence,
     sesoi_from_config,
@@ -338,3 +339,36 @@ def test_rows_paired_by_seed_or_unpaired_have_no_blocked_paragraph():
     (row,) = claims_table([claim_from_config(SPEC)], rows, budget_min=20, sesoi=SESOI)
     assert math.isnan(row["unpaired_ci95_half"]) and row["block_by_block"] is None
     assert blocked_widths([row]) is None and "block" not in claims_markdown([row])
+
+
+def _weights(mode, preset, k, seed, digest):
+    return {**_row(mode, preset, k, seed, 0.5), "state_digest": digest}
+
+
+def test_arms_whose_runs_end_in_the_same_weights_are_flagged_and_say_so():
+    claim = claim_from_config(SPEC)
+    same = [_weights("areal", "areal_defaults", 2, s, f"sha256:{s}") for s in (0, 1)]
+    same += [_weights("sync", "none", 0, s, f"sha256:{s}") for s in (0, 1)]
+    same.append(_weights("sync", "none", 0, 2, "sha256:x"))  # a seed one arm lacks: not judged
+    assert same_weights(claim, same)
+    (row,) = claims_table([claim], same, budget_min=20, sesoi=SESOI)
+    assert row["same_weights"] is True and row["effect"] == 0
+    assert "end in the same weights" in claims_markdown([row])
+    assert "end in the same weights" in claims_findings([row])
+    differ = [dict(r) for r in same]
+    differ[1]["state_digest"] = "sha256:other"  # one seed's weights differ
+    assert not same_weights(claim, differ)
+    (row,) = claims_table([claim], differ, budget_min=20, sesoi=SESOI)
+    assert row["same_weights"] is False
+    assert "same weights" not in claims_markdown([row]) + claims_findings([row])
+
+
+def test_no_shared_seed_or_no_digest_is_not_the_same_weights():
+    claim = claim_from_config(SPEC)
+    apart = [_weights("areal", "areal_defaults", 2, 0, "sha256:a"),
+             _weights("sync", "none", 0, 1, "sha256:a")]
+    assert not same_weights(claim, apart)
+    unrecorded = [{**r, "seed": 0, "state_digest": None} for r in apart]
+    assert not same_weights(claim, unrecorded)
+    one_arm = claim_from_config({**SPEC, "contrast": {"v100/areal/areal_defaults/k2/pg": 1}})
+    assert not same_weights(one_arm, apart)  # a quantity against zero compares no runs

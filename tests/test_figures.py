@@ -161,6 +161,8 @@ def test_the_forest_plot_puts_each_claim_in_units_of_its_delta(tmp_path: Path):
                "verdict": SUPPORTED}
     assert row_label(virtual) == "C3 on v100: staleness helps"
     assert row_label({**row, "block_by_block": False}) == "C2 live, by block: staleness helps"
+    assert row_label({**row, "same_weights": True}) == \
+        "C2 live: staleness helps (arms end in the same weights)"
     assert all(x != x for x in in_deltas(virtual))  # nan: no delta, no bar
     draw_claims_forest([row, virtual], tmp_path / "f.png", tmp_path / "f.svg")
     assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.svg").is_file()

@@ -273,6 +273,21 @@ def ran_block_by_block(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> bool 
     return seeds == sorted(seeds)
 
 
+def same_weights(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether, for every seed all the claim's arms ran, each arm's run ended in bit-for-bit
+    the same weights (`state_digest`): the arms then made the same decisions and differ at
+    most in time, so a contrast of what the weights score is zero by construction. A claim
+    of one arm (a quantity against zero) compares no runs: never."""
+    if len(claim.arms) < 2:
+        return False
+    per_arm = [{int(r["seed"]): r.get("state_digest") for r in rows if row_key(r) == a.key()}
+               for a in claim.arms]
+    seeds = set.intersection(*(set(d) for d in per_arm)) if per_arm else set()
+    return bool(seeds) and all(
+        per_arm[0][s] is not None and all(d[s] == per_arm[0][s] for d in per_arm)
+        for s in seeds)
+
+
 def half_width(effect: Effect) -> float:
     """Half the 95 % interval's width (nan without one)."""
     return (effect.hi - effect.lo) / 2
@@ -343,6 +358,7 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
         "verdict": outcome,
         "basis": basis,
         "missing_arms": "; ".join(missing),
+        "same_weights": same_weights(claim, rows),
     }
 
 

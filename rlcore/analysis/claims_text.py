@@ -11,6 +11,9 @@ from typing import Any
 from rlcore.analysis.claims import EQUIVALENT, SUPPORTED, UNRESOLVED, blocked_widths
 from rlcore.record.identity import WALL_CLOCK
 
+# What a row whose arms' runs end in the same weights says (`claims.py::same_weights`).
+SAME_WEIGHTS = "its arms' runs end in the same weights, so they differ only in time"
+
 
 def _num(x: float, digits: int) -> str:
     if math.isnan(x):
@@ -50,6 +53,8 @@ def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
         expect = "> 0" if r["expect"] == "positive" else "< 0"
         comparison = r["comparison"] + (f" (no runs: {r['missing_arms']})"
                                         if r["missing_arms"] else "")
+        if r.get("same_weights"):
+            comparison += f" ({SAME_WEIGHTS})"
         lines.append(f"| {r['claim']} | {r['statement']} ({r['source']}) | {comparison}; "
                      f"claim: {expect} | {effect} | {r['seeds']} / {need_text} | "
                      f"{verdict_text} |")
@@ -77,12 +82,15 @@ def _plain(text: str) -> str:
 
 def verdict_words(row: Mapping[str, Any]) -> str:
     """A claims row's verdict in words: 'equivalent (no effect that matters)', 'supported by
-    equivalence' for a does-not-improve claim settled so, else the verdict itself."""
+    equivalence' for a does-not-improve claim settled so, else the verdict itself; and that
+    its arms end in the same weights, when they do (`claims.py::same_weights`)."""
     if row["verdict"] == EQUIVALENT:
-        return f"{row['verdict']} (no effect that matters)"
-    if row["basis"] == "equivalence":
-        return f"{row['verdict']} by equivalence"
-    return str(row["verdict"])
+        words = f"{row['verdict']} (no effect that matters)"
+    elif row["basis"] == "equivalence":
+        words = f"{row['verdict']} by equivalence"
+    else:
+        words = str(row["verdict"])
+    return words + (f", {SAME_WEIGHTS}" if row.get("same_weights") else "")
 
 
 def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:

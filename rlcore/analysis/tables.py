@@ -125,6 +125,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "block": name.seed if clock == WALL_CLOCK and name.replayed is None else None,
         "started_unix": s["time"].get("started_unix"),
         "contended": s["load"]["contended"],
+        "state_digest": s["reproducibility"]["state_digest"],  # the final weights
         "overlap_frac": s["time"]["overlap_frac"],
         "tokens_generated": t["generated"],
         "tokens_wasted": t["stale_dropped"] + t["interrupted"],

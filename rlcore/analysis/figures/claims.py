@@ -33,11 +33,14 @@ def in_deltas(row: Mapping[str, Any]) -> tuple[float, float, float]:
 
 def row_label(row: Mapping[str, Any], width: int = 0) -> str:
     """'C1 live, by block: stricter freshness reduces accepted throughput' (the clock named,
-    and the pairing when by block), wrapped to `width` characters a line when given."""
+    the pairing when by block, and arms that end in the same weights), wrapped to `width`
+    characters a line when given."""
     clock = "live" if row["clock"] == WALL_CLOCK else f"on {row['clock']}"
     if row.get("block_by_block") is not None:  # paired by block: say so, its width differs
         clock += ", by block"
     label = f"{row['claim']} {clock}: {row['statement']}"
+    if row.get("same_weights"):  # the arms' runs differ only in time
+        label += " (arms end in the same weights)"
     return textwrap.fill(label, width) if width else label
 
 
