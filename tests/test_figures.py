@@ -166,3 +166,12 @@ def test_the_forest_plot_puts_each_claim_in_units_of_its_delta(tmp_path: Path):
     assert all(x != x for x in in_deltas(virtual))  # nan: no delta, no bar
     draw_claims_forest([row, virtual], tmp_path / "f.png", tmp_path / "f.svg")
     assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.svg").is_file()
+
+
+def test_a_curve_a_later_one_equals_is_named_as_hidden_under_it():
+    # the threaded line is drawn first, AReaL-style's equal one over it
+    curves = [("sync K=0", [0.1, 0.2]), ("threaded/areal_defaults K=2", [0.2, 0.3]),
+              ("AReaL-style/areal_defaults K=2", [0.2, 0.3]), ("other", [0.2, 0.31])]
+    assert learning_figures.hidden_under(curves) == [("threaded/areal_defaults K=2",
+                                                      "AReaL-style/areal_defaults K=2")]
+    assert learning_figures.hidden_under(curves[:2]) == []

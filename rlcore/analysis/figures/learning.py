@@ -36,10 +36,22 @@ from rlcore.analysis.figures.style import (
 from rlcore.analysis.tables import mean_ci95
 
 
+def hidden_under(curves: Sequence[tuple[str, Sequence[float]]]) -> list[tuple[str, str]]:
+    """(label, the label drawn over it) for each curve, in drawing order, that a later one
+    equals point for point (the last such, which lies on top): it cannot be seen, so its
+    panel names it."""
+    out = []
+    for i, (label, curve) in enumerate(curves):
+        over = [later for later, c in curves[i + 1:] if list(c) == list(curve)]
+        if over:
+            out.append((label, over[-1]))
+    return out
+
+
 def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> None:
     """Paper Figure 2: training pass rate against policy updates, per configuration, the
     mean over seeds with their range shaded; a panel per clock (and objective), side by
-    side on one y axis."""
+    side on one y axis. A line that lies exactly under another is named in its panel."""
     groups = group_rows(rows)
     objectives, ks, colors = objectives_of(groups), arm_ks(groups), arm_colors(groups)
     clocks = by_clock(rows)
@@ -48,6 +60,7 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                              sharey=True, squeeze=False, layout="constrained")
     threshold = None
     for ax, (clock, objective) in zip(axes[0], panels, strict=True):
+        drawn: list[tuple[str, list[float]]] = []
         for (mode, preset, k, obj), members in group_rows(clocks[clock]).items():
             if obj != objective:
                 continue
@@ -61,6 +74,11 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                 high = [max(c[i] for c, _ in curves) for i in range(len(mean))]
                 ax.fill_between(steps, low, high, color=style["color"], alpha=0.12, lw=0)
             ax.plot(steps, mean, label=config_label(mode, preset, k), linewidth=1.2, **style)
+            drawn.append((config_label(mode, preset, k), mean))
+        hidden = "\n".join(f"{label} lies under {first}" for label, first in hidden_under(drawn))
+        if hidden:  # identical runs (the claims table says so too)
+            ax.text(0.98, 0.02, hidden, transform=ax.transAxes, ha="right", va="bottom",
+                    fontsize=7, color="#555555")
         title = clock_title(clock) if len(objectives) == 1 else \
             f"{clock_title(clock)}, objective {objective}"
         ax.set_title(title, fontsize=9)
