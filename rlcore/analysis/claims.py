@@ -282,7 +282,7 @@ def same_weights(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> bool:
         return False
     per_arm = [{int(r["seed"]): r.get("state_digest") for r in rows if row_key(r) == a.key()}
                for a in claim.arms]
-    seeds = set.intersection(*(set(d) for d in per_arm)) if per_arm else set()
+    seeds = set.intersection(*(set(d) for d in per_arm))
     return bool(seeds) and all(
         per_arm[0][s] is not None and all(d[s] == per_arm[0][s] for d in per_arm)
         for s in seeds)

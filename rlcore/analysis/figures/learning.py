@@ -73,8 +73,9 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                 low = [min(c[i] for c, _ in curves) for i in range(len(mean))]
                 high = [max(c[i] for c, _ in curves) for i in range(len(mean))]
                 ax.fill_between(steps, low, high, color=style["color"], alpha=0.12, lw=0)
-            ax.plot(steps, mean, label=config_label(mode, preset, k), linewidth=1.2, **style)
-            drawn.append((config_label(mode, preset, k), mean))
+            label = config_label(mode, preset, k)
+            ax.plot(steps, mean, label=label, linewidth=1.2, **style)
+            drawn.append((label, mean))
         hidden = "\n".join(f"{label} lies under {first}" for label, first in hidden_under(drawn))
         if hidden:  # identical runs (the claims table says so too)
             ax.text(0.98, 0.02, hidden, transform=ax.transAxes, ha="right", va="bottom",
