@@ -70,7 +70,7 @@ def ends(clock: VirtualClock, charges: dict[str, list[Work]], start: dict[str, f
     (None, 1.0),  # an accelerator each
 ])
 def test_device_work_at_once_shares_the_accelerator(slowdown: float | None, end: float):
-    clock = VirtualClock(shared(slowdown))
+    clock = VirtualClock(shared(slowdown), seed=0)
     assert ends(clock, {"rollout": [DECODE], "trainer": [UPDATE]}) == pytest.approx(
         {"rollout": end, "trainer": end})
 
@@ -79,7 +79,7 @@ def test_staggered_device_work_is_stretched_while_both_compute():
     # the trainer starts at 0.5, when the rollout's decode has 0.5 s left; both at half speed
     # from then: the decode's last 0.5 s take 1 s (ends at 1.5), by which the update has done
     # 0.5 s, and its other 0.5 s run alone (2.0)
-    clock = VirtualClock(shared(1.0))
+    clock = VirtualClock(shared(1.0), seed=0)
     assert ends(clock, {"rollout": [DECODE], "trainer": [UPDATE]},
                 start={"trainer": 0.5}) == pytest.approx({"rollout": 1.5, "trainer": 2.0})
 
@@ -88,7 +88,7 @@ def test_staggered_device_work_is_stretched_while_both_compute():
 def test_host_work_is_not_slowed_by_the_accelerator(cpu: CpuCost):
     # the controller's message and reward run on the host beside two device computations:
     # 2 s of its own, whether or not it shares cores (it computes alone on them)
-    clock = VirtualClock(shared(1.0, cpu))
+    clock = VirtualClock(shared(1.0, cpu), seed=0)
     assert ends(clock, {"rollout": [DECODE], "trainer": [UPDATE],
                         "controller": [HANDLE, REWARD]}) == pytest.approx(
         {"rollout": 2.0, "trainer": 2.0, "controller": 2.0})
@@ -96,7 +96,7 @@ def test_host_work_is_not_slowed_by_the_accelerator(cpu: CpuCost):
 
 def test_host_work_still_shares_the_cores_with_an_accelerator():
     # one core: two messages at once take 2 s, while the decode beside them takes its 1 s
-    clock = VirtualClock(shared(1.0, CpuCost(cores=1, concurrent_slowdown=0.0)))
+    clock = VirtualClock(shared(1.0, CpuCost(cores=1, concurrent_slowdown=0.0)), seed=0)
     assert ends(clock, {"rollout": [DECODE], "controller": [HANDLE], "service": [REWARD]}
                 ) == pytest.approx({"rollout": 1.0, "controller": 2.0, "service": 2.0})
 
@@ -107,16 +107,16 @@ def test_without_an_accelerator_the_cores_price_all_work_as_before():
     one_core = CpuCost(cores=1, concurrent_slowdown=0.0)
     charges: dict[str, list[Work]] = {"rollout": [DECODE], "trainer": [UPDATE],
                                       "controller": [HANDLE]}
-    assert ends(VirtualClock(shared(None, one_core)), charges) == pytest.approx(
+    assert ends(VirtualClock(shared(None, one_core), seed=0), charges) == pytest.approx(
         {"rollout": 3.0, "trainer": 3.0, "controller": 3.0})
-    assert ends(VirtualClock(shared(0.0, one_core)), charges) == pytest.approx(
+    assert ends(VirtualClock(shared(0.0, one_core), seed=0), charges) == pytest.approx(
         {"rollout": 1.0, "trainer": 1.0, "controller": 1.0})
 
 
 def test_the_threaded_baseline_ignores_the_accelerator():
     # gil_share 0: under the shared interpreter nothing is held, and the accelerator is not
     # applied (the baseline's model is the interpreter lock alone)
-    clock = VirtualClock(shared(1.0), shared_interpreter=True)
+    clock = VirtualClock(shared(1.0), seed=0, shared_interpreter=True)
     assert ends(clock, {"rollout": [DECODE], "trainer": [UPDATE]}) == pytest.approx(
         {"rollout": 1.0, "trainer": 1.0})
 

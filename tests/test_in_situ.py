@@ -86,7 +86,7 @@ def test_spans_overlap_only_the_other_computing_role():
 def _span(role, overlap, **work):
     # decode.step_s 0.01 s, update.call_s 0.5 s; each overlapped second runs at 1 / 1.25
     price = 0.01 * work.get("decode.step_s", 0) + 0.5 * work.get("update.call_s", 0)
-    return Span(role, price / (1 - overlap + overlap / 1.25), overlap, work)
+    return Span(role, price / (1 - overlap + overlap / 1.25), overlap, work, role, 0.0)
 
 
 def test_the_fit_recovers_prices_and_slowdown_from_spans_made_by_hand():
@@ -107,12 +107,12 @@ def test_a_stall_of_the_host_is_left_out_of_the_fit():
     # ten 0.1 s decodes (10 steps of 10 ms) and one that the host paused for 0.6 s: with it,
     # least squares would price a step at 0.0155 s; without it, at 0.01 s exactly
     spans = [_span("rollout", 0.0, **{"decode.step_s": 10}) for _ in range(10)]
-    spans.append(Span("rollout", 0.7, 0.0, {"decode.step_s": 10}))
+    spans.append(Span("rollout", 0.7, 0.0, {"decode.step_s": 10}, "rollout0", 0.0))
     fit = fit_spans(spans, slowdowns=[0.0])
     assert fit.prices == pytest.approx({"decode.step_s": 0.01})
     assert (fit.spans, fit.stalls) == ({"rollout": 10}, {"rollout": 1})
     # a span 3 times its price is slow work, not a stall: it stays in
-    spans[-1] = Span("rollout", 0.3, 0.0, {"decode.step_s": 10})
+    spans[-1] = Span("rollout", 0.3, 0.0, {"decode.step_s": 10}, "rollout0", 0.0)
     fit = fit_spans(spans, slowdowns=[0.0])
     assert fit.stalls == {"rollout": 0} and fit.prices["decode.step_s"] > 0.01
 
@@ -120,11 +120,11 @@ def test_a_stall_of_the_host_is_left_out_of_the_fit():
 def test_priced_turns_a_per_gb_price_into_a_bandwidth_and_keeps_the_rest(tmp_path: Path):
     base = load_profile("cpu-2core")
     fit = fit_spans([Span("trainer", 0.3, 0.0, {"weight_write.call_s": 1,
-                                                 "weight_write.per_gb": 0.5}),
+                                                 "weight_write.per_gb": 0.5}, "trainer0", 0.0),
                      Span("trainer", 0.55, 0.0, {"weight_write.call_s": 1,
-                                                  "weight_write.per_gb": 1.0})])
+                                                  "weight_write.per_gb": 1.0}, "trainer0", 0.0)])
     run = RunSpans("r1", "a CPU", "portable", "wall", "areal", 10.0, [])
-    p = priced(base, fit, "fitted", [run])
+    p = priced(base, fit, None, "fitted", [run])
     # 0.05 s a call, 0.5 s per GB: 2 GB/s
     assert p.weight_write.call_s == pytest.approx(0.05)
     assert p.weight_write.gb_per_s == pytest.approx(2.0)
@@ -168,6 +168,7 @@ def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Pa
     assert all(w["weight_write.call_s"] == 1 and len(w) == 2 for w in writes)
     profile, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x")
     assert profile.host == run.cpu and "rollout" in report and "trainer" in report
+    assert profile.drift is not None and "drift" in report
 
 
 def test_a_run_without_work_in_its_spans_is_refused_with_the_fix(tmp_path: Path):

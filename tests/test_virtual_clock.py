@@ -122,7 +122,7 @@ def run_roles(clock: VirtualClock, roles: dict[str, Any]) -> None:
 
 class TestScheduler:
     def test_roles_interleave_in_virtual_time(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         log: list[tuple[str, float]] = []
 
         def worker(name: str, cost: int, n: int) -> Any:
@@ -139,7 +139,7 @@ class TestScheduler:
 
     def test_compute_keeps_charges_schedule(self):
         # The same roles as above, a computing through `compute`: the same times and order.
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         log: list[tuple[str, float]] = []
 
         def a() -> None:
@@ -158,7 +158,7 @@ class TestScheduler:
     def test_compute_runs_while_the_next_role_has_the_baton(self):
         # a's computation can only finish once b has run: under `charge` (computing on the
         # baton) this would wait out its timeout; under `compute` b runs meanwhile.
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         b_ran = threading.Event()
         seen: list[tuple[str, bool, float]] = []
 
@@ -175,7 +175,7 @@ class TestScheduler:
         assert seen == [("b", True, 1), ("a", True, 2)]
 
     def test_a_failed_compute_raises_in_its_turn(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         order: list[str] = []
 
         def a() -> None:
@@ -194,7 +194,7 @@ class TestScheduler:
         assert order == ["b at 1", "a failed at 2"]
 
     def test_a_put_wakes_the_getter_at_the_putters_time(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         q = VirtualQueue(clock)
         got: list[tuple[Any, float]] = []
 
@@ -209,7 +209,7 @@ class TestScheduler:
         assert got == [("x", 5)]
 
     def test_a_get_times_out_in_virtual_time(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         q = VirtualQueue(clock)
         with pytest.raises(queue.Empty):
             q.get(timeout=7.5)
@@ -219,7 +219,7 @@ class TestScheduler:
         assert clock.now() == 7.5
 
     def test_a_flag_wait_returns_when_set(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         flag = VirtualFlag(clock)
         seen: list[tuple[bool, float]] = []
 
@@ -238,7 +238,7 @@ class TestScheduler:
         # (both end at 2), at full speed with an interpreter each (both at 1).
         ends = {}
         for shared in (False, True):
-            clock = VirtualClock(SECONDS, shared_interpreter=shared)
+            clock = VirtualClock(SECONDS, seed=0, shared_interpreter=shared)
             out: list[float] = []
 
             def fn(clock: VirtualClock = clock, out: list[float] = out) -> None:
@@ -251,7 +251,7 @@ class TestScheduler:
 
     def test_half_the_work_holding_the_interpreter_overlaps_the_rest(self):
         half = profile(update=TokenCost(call_s=0, per_token_s=1.0, gil_share=0.5))
-        clock = VirtualClock(half, shared_interpreter=True)
+        clock = VirtualClock(half, seed=0, shared_interpreter=True)
         out: list[float] = []
 
         def fn() -> None:
@@ -278,7 +278,7 @@ class TestScheduler:
         # done 0.5 s by then, and runs its last 0.5 s alone (1.625).
         mixed = profile(update=TokenCost(call_s=0, per_token_s=1.0, gil_share=1.0),
                         weight_write=CopyCost(call_s=1.0, gb_per_s=1e9, gil_share=0.25))
-        clock = VirtualClock(mixed, shared_interpreter=True)
+        clock = VirtualClock(mixed, seed=0, shared_interpreter=True)
         out: dict[str, float] = {}
 
         def a() -> None:
@@ -304,7 +304,7 @@ class TestScheduler:
         (CpuCost(cores=3, concurrent_slowdown=0.0), {"a": 1.0, "b": 1.5}),
     ])
     def test_computations_share_the_cores(self, cpu: CpuCost, ends: dict[str, float]):
-        clock = VirtualClock(dataclasses.replace(SECONDS, cpu=cpu))
+        clock = VirtualClock(dataclasses.replace(SECONDS, cpu=cpu), seed=0)
         out: dict[str, float] = {}
 
         def a() -> None:
@@ -320,7 +320,7 @@ class TestScheduler:
         assert out == pytest.approx(ends)
 
     def test_every_role_blocked_forever_is_a_deadlock(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         q = VirtualQueue(clock)
         clock.start("stuck", lambda: q.get())
         with pytest.raises(VirtualDeadlock, match="stuck"):
@@ -328,7 +328,7 @@ class TestScheduler:
         clock.close()
 
     def test_charged_seconds_are_summed_by_term(self):
-        clock = VirtualClock(SECONDS)
+        clock = VirtualClock(SECONDS, seed=0)
         clock.charge(Update(tokens=3))
         clock.charge(Update(tokens=4))
         assert clock.now() == 7

@@ -98,9 +98,11 @@ def _wall() -> WallClock:
     return WALL
 
 
-def clock_for(runtime: RuntimeConfig, *, shared_interpreter: bool = False) -> Clock:
-    """The clock `runtime.clock` names, created in (and run from) the calling thread;
-    `shared_interpreter`: the roles are threads of one interpreter (the threaded baseline)."""
+def clock_for(runtime: RuntimeConfig, *, seed: int, shared_interpreter: bool = False
+              ) -> Clock:
+    """The clock `runtime.clock` names for a run of `seed`, created in (and run from) the
+    calling thread; `shared_interpreter`: the roles are threads of one interpreter (the
+    threaded baseline)."""
     if runtime.clock == "wall":
         return WALL
-    return VirtualClock.of(runtime, shared_interpreter=shared_interpreter)
+    return VirtualClock.of(runtime, seed=seed, shared_interpreter=shared_interpreter)

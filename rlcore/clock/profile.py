@@ -9,7 +9,8 @@ in the sizes of `work.py`, so the price of a chunk or an update is one dot produ
 (launching kernels, the sampling loop): under the threaded baseline the roles share one
 interpreter, so those seconds of different roles cannot overlap (`virtual.py`).
 
-`cpu` says what the roles' computations share of the processors; `accelerator`, when given,
+`cpu` says what the roles' computations share of the processors; `drift`, when given, that
+their speed wanders about its mean as a live machine's does; `accelerator`, when given,
 says that the rollout worker and the trainers compute on one accelerator, so that their
 device work (`DEVICE_WORK`) slows each other's.
 """
@@ -109,6 +110,15 @@ class AcceleratorCost:
 
 
 @dataclasses.dataclass(frozen=True)
+class DriftCost:
+    sd: float = _f("standard deviation of the log of each role's speed about its mean "
+                   "(`drift.py`): at 0.2 the same work takes 0.66-1.45 times its price 95 % "
+                   "of the time", minimum=0)
+    time_s: float = _f("correlation time of that speed, in seconds: how long a slow or fast "
+                       "stretch lasts", exclusiveMinimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class HardwareProfile:
     """Seconds per unit of work for each role's computations on one machine and model."""
 
@@ -133,6 +143,9 @@ class HardwareProfile:
         "help": "the rollout worker and the trainers compute on one shared accelerator (their "
                 "device work slows each other, as `cpu` does for cores); null or absent: each "
                 "role has its own device"})
+    drift: DriftCost | None = dataclasses.field(default=None, metadata={
+        "help": "each role's speed drifts about its mean (`rlcore/clock/drift.py`), seeded "
+                "by the run's seed; null or absent: every computation costs its price exactly"})
     host: str | None = dataclasses.field(default=None, metadata={
         "help": "the CPU the costs were measured on (`rlcore.kernels.cpu_name`); null or "
                 "absent: derived, or not recorded"})
@@ -179,7 +192,7 @@ class HardwareProfile:
 
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
-OPTIONAL_KEYS = ("accelerator", "host", "kernels")
+OPTIONAL_KEYS = ("accelerator", "drift", "host", "kernels")
 
 
 def profile_schema() -> dict[str, Any]:

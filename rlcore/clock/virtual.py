@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from rlcore.clock.drift import Drift
 from rlcore.clock.processors import Pool, interpreter_speeds, shared_speed, uniform
 from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
 from rlcore.clock.work import Work, WorkTally
@@ -64,6 +65,7 @@ class _Role:
     pool: Pool[_Role] | None = None  # the processors it is computing on now, when shared
     charged: float = 0.0  # seconds of work it has been charged, at full speed
     tally: WorkTally = field(default_factory=WorkTally)  # its work since it last took it
+    drift: Drift | None = None  # its speed's drift, when the profile has one
 
 
 class VirtualClock:
@@ -71,9 +73,11 @@ class VirtualClock:
 
     virtual: bool = True
 
-    def __init__(self, profile: HardwareProfile, *, shared_interpreter: bool = False):
+    def __init__(self, profile: HardwareProfile, *, seed: int,
+                 shared_interpreter: bool = False):
         self.profile: HardwareProfile | None = profile
         self._costs = profile
+        self.seed = seed  # seeds each role's drift (`drift.py`), when the profile has one
         self.shared_interpreter = shared_interpreter
         self._now = 0.0
         # Shared processors: the threaded baseline's one interpreter; else the cores
@@ -100,9 +104,12 @@ class VirtualClock:
         self.charged: dict[str, float] = {}  # seconds charged, by term
 
     @classmethod
-    def of(cls, runtime: RuntimeConfig, *, shared_interpreter: bool = False) -> VirtualClock:
-        """The clock of `runtime.hardware`, its main role the calling thread."""
-        return cls(load_profile(runtime.hardware), shared_interpreter=shared_interpreter)
+    def of(cls, runtime: RuntimeConfig, *, seed: int, shared_interpreter: bool = False
+           ) -> VirtualClock:
+        """The clock of `runtime.hardware` for a run of `seed`, its main role the calling
+        thread."""
+        return cls(load_profile(runtime.hardware), seed=seed,
+                   shared_interpreter=shared_interpreter)
 
     # --- the roles' view ------------------------------------------------------------------
     def now(self) -> float:
@@ -132,11 +139,13 @@ class VirtualClock:
         """Account `work` to the caller and set when it resumes; the caller, if it must give
         the baton up (None: the work is free or the run has ended)."""
         seconds = self._costs.seconds(work)
+        role = getattr(self._local, "role", None)
+        if role is not None and role.drift is not None and seconds > 0 and not self.closed:
+            seconds *= role.drift.factor(self._now)
         term = type(work).__name__.lower()
         self.charged[term] = self.charged.get(term, 0.0) + seconds
         if self.closed:
             return None
-        role = getattr(self._local, "role", None)
         if role is not None:
             role.tally.add(work)
         if seconds <= 0:
@@ -228,7 +237,9 @@ class VirtualClock:
 
     # --- scheduling -----------------------------------------------------------------------
     def _add(self, name: str) -> _Role:
-        role = _Role(name)
+        drift = self._costs.drift
+        role = _Role(name, drift=None if drift is None else
+                     Drift(drift.sd, drift.time_s, self.seed, name))
         self._roles.append(role)
         return role
 

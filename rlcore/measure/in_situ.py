@@ -50,12 +50,14 @@ SLOWDOWNS = tuple(i / 100 for i in range(101))
 @dataclasses.dataclass(frozen=True)
 class Span:
     """One busy span: its role, its seconds, the share of them during which the other
-    computing role was busy too, and its work (term -> quantity)."""
+    computing role was busy too, its work (term -> quantity), and its worker and start."""
 
     role: str
     seconds: float
     overlap: float
     work: dict[str, float]
+    worker: str
+    start: float
 
 
 def covered(start: float, end: float, others: Sequence[tuple[float, float]]) -> float:
@@ -107,10 +109,10 @@ def _split(span: Span, worker: str | None, start: float, end: float,
         timed[p.section] += p.seconds
     if not timed or sum(timed.values()) >= span.seconds:
         return [span]
-    out = [Span(span.role, span.seconds - sum(timed.values()), span.overlap,
-                {k: v for k, v in span.work.items() if k.split(".")[0] not in timed})]
-    out += [Span(section, seconds, span.overlap,  # its own line in the fit's report
-                 {k: v for k, v in span.work.items() if k.split(".")[0] == section})
+    out = [dataclasses.replace(span, seconds=span.seconds - sum(timed.values()), work={
+        k: v for k, v in span.work.items() if k.split(".")[0] not in timed})]
+    out += [dataclasses.replace(span, role=section, seconds=seconds, work={  # its own line
+        k: v for k, v in span.work.items() if k.split(".")[0] == section})
             for section, seconds in timed.items()]
     return out
 
@@ -129,7 +131,7 @@ def spans_of(events: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]]
         others = [iv for role in COMPUTING if role != e["role"] and e["role"] in COMPUTING
                   for iv in by_role.get(role, [])]
         span = Span(e["role"], e["end"] - e["start"], covered(e["start"], e["end"], others),
-                    dict(e["work"]))
+                    dict(e["work"]), e.get("worker", e["role"]), e["start"])
         out += _split(span, e.get("worker"), e["start"], e["end"], parts)
     return out
 
@@ -242,6 +244,82 @@ def _fit(spans: Sequence[Span], slowdowns: Sequence[float]) -> _Fit:
                 residual, counts)
 
 
+# The drift's correlation times the fit tries (seconds, 0.01-10, 40 per decade); its
+# residual pairs are binned by their distance in time, up to `DRIFT_REACH_S`.
+DRIFT_TIMES = tuple(10 ** (k / 40) for k in range(-80, 41))
+DRIFT_BIN_S = 0.05
+DRIFT_REACH_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftFit:
+    """How each role's speed drifts (`clock/drift.py`): the standard deviation of its log and
+    its correlation time, the share of the spans' residual variance it explains, and the
+    residuals it was fitted to."""
+
+    sd: float
+    time_s: float
+    share: float
+    spans: int
+
+
+def residual_series(spans: Sequence[Span], fit: InSituFit) -> list[list[tuple[float, float]]]:
+    """Per worker of a computing role, in time order: each span's start and the log of its
+    seconds over the fit's prediction (stalls left out, as in the fit)."""
+    by_worker: dict[str, list[tuple[float, float]]] = {}
+    for sp in spans:
+        if sp.role not in COMPUTING:
+            continue
+        price = sum(fit.prices.get(k, 0.0) * v for k, v in sp.work.items())
+        predicted = price / (1.0 - sp.overlap + sp.overlap / (1.0 + fit.slowdown))
+        if predicted > 0 and sp.seconds > 0 and sp.seconds <= STALL * predicted:
+            by_worker.setdefault(sp.worker, []).append((sp.start, np.log(sp.seconds / predicted)))
+    return [sorted(series) for series in by_worker.values() if len(series) > 1]
+
+
+def fit_drift(series: Sequence[Sequence[tuple[float, float]]],
+              times: Sequence[float] = DRIFT_TIMES) -> DriftFit | None:
+    """The Ornstein-Uhlenbeck drift that best explains how the residuals of each series
+    (time, log residual) correlate with those of the same series `dt` later: their
+    correlation, pooled in bins of `dt`, is fitted as w exp(-dt / time_s) by least squares
+    weighted by pairs; sd = sqrt(w) of the residuals' standard deviation (the rest, 1 - w, is
+    noise of single spans). Each series is centred on its own mean first: a run's mean speed
+    is its prices' business. None when fewer than two residuals in all."""
+    centred = [(np.array([t for t, _ in sr]), np.array([r for _, r in sr]))
+               for sr in series if len(sr) > 1]
+    centred = [(t, r - r.mean()) for t, r in centred]
+    n = sum(len(r) for _, r in centred)
+    if n < 2:
+        return None
+    var = float(sum(np.sum(r * r) for _, r in centred) / n)
+    bins = int(DRIFT_REACH_S / DRIFT_BIN_S)
+    prod, gap, count = np.zeros(bins), np.zeros(bins), np.zeros(bins)
+    for t, r in centred:
+        for lag in range(1, len(t)):
+            dt = t[lag:] - t[:-lag]
+            near = dt < DRIFT_REACH_S
+            if not near.any():
+                break
+            b = (dt[near] / DRIFT_BIN_S).astype(int)
+            prod += np.bincount(b, (r[lag:] * r[:-lag])[near], bins)
+            gap += np.bincount(b, dt[near], bins)
+            count += np.bincount(b, minlength=bins)
+    seen = count > 0
+    if var <= 0 or not seen.any():
+        return DriftFit(0.0, times[0], 0.0, n)
+    rho, dt, weight = prod[seen] / count[seen] / var, gap[seen] / count[seen], count[seen]
+    best: tuple[float, float, float] | None = None
+    for tau in times:
+        e = np.exp(-dt / tau)
+        w = float(np.clip(np.sum(weight * rho * e) / np.sum(weight * e * e), 0.0, 1.0))
+        err = float(np.sum(weight * (rho - w * e) ** 2))
+        if best is None or err < best[0] - 1e-15:
+            best = (err, tau, w)
+    assert best is not None
+    _, tau, w = best
+    return DriftFit(float(np.sqrt(w * var)), float(tau), w, n)
+
+
 # The interpreter-lock shares a threaded run's fit tries first; then the two halfway to the
 # best one's neighbours (a plan of a 400-update run takes about 1.5 s here).
 GIL_SHARES = tuple(i / 10 for i in range(11))
@@ -298,10 +376,11 @@ def fit_interpreter(profile: HardwareProfile, runs: Sequence[RunSpans],
     return InterpreterFit(best, tried[best])
 
 
-def priced(base: HardwareProfile, fit: InSituFit, name: str, runs: Sequence[RunSpans]
-           ) -> HardwareProfile:
-    """`base` with the fitted prices, slowdown and provenance; a copy's 'per_gb' price
-    becomes its bandwidth (a price of 0: too fast to see, a very high one)."""
+def priced(base: HardwareProfile, fit: InSituFit, drift: DriftFit | None, name: str,
+           runs: Sequence[RunSpans]) -> HardwareProfile:
+    """`base` with the fitted prices, slowdown, drift (None: the base's) and provenance; a
+    copy's 'per_gb' price becomes its bandwidth (a price of 0: too fast to see, a very high
+    one)."""
     data = base.to_dict()
     for term, price in fit.prices.items():
         section, field = term.split(".")
@@ -310,6 +389,8 @@ def priced(base: HardwareProfile, fit: InSituFit, name: str, runs: Sequence[RunS
         else:
             data[section][field] = price
     data["cpu"]["concurrent_slowdown"] = fit.slowdown
+    if drift is not None:
+        data["drift"] = {"sd": round(drift.sd, 4), "time_s": round(drift.time_s, 4)}
     cpus = sorted({r.cpu for r in runs})
     kernels = sorted({r.kernels for r in runs})
     data.update(
@@ -341,13 +422,17 @@ def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, n
                           "hold waits for the interpreter lock: add a sync or areal run to "
                           "price the work")
     fit = fit_spans([sp for r in pricing for sp in r.spans])
-    profile = priced(base, fit, name, pricing)
+    drift = fit_drift([sr for r in pricing for sr in residual_series(r.spans, fit)])
+    profile = priced(base, fit, drift, name, pricing)
     report = "\n".join(f"  {role:<11} residual {fit.residual[role]:6.1%} over {n} spans"
                        + (f" ({fit.stalls[role]} left out as stalls)" if fit.stalls[role]
                           else "")
                        for role, n in fit.spans.items())
     report += (f"\n  slowdown    {fit.slowdown:.2f} while rollout and trainer compute at once"
-               f"\n  prices      " + ", ".join(f"{k} {v:.3g}" for k, v in fit.prices.items()))
+               + (f"\n  drift       sd {drift.sd:.3f} of log speed, correlation time "
+                  f"{drift.time_s:.3f} s ({drift.share:.0%} of the residual variance of "
+                  f"{drift.spans} rollout and trainer spans)" if drift is not None else "")
+               + "\n  prices      " + ", ".join(f"{k} {v:.3g}" for k, v in fit.prices.items()))
     if threaded:
         gil = fit_interpreter(profile, threaded)
         profile = dataclasses.replace(

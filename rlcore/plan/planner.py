@@ -107,7 +107,7 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
 
 def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[str, Any]:
     """An asynchronous run of `cfg` (areal or async mode) on the virtual clock."""
-    clock = VirtualClock(profile, shared_interpreter=cfg.mode == "async")
+    clock = VirtualClock(profile, seed=cfg.seed, shared_interpreter=cfg.mode == "async")
     p = Plan(cfg, clock, work.tasks, work.prompt_tokens, work.lengths,
              weight_bytes(profile, work))
     controller = PlanController(p)

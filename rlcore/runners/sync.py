@@ -35,7 +35,7 @@ ROLLOUT, CONTROLLER, TRAINER = "rollout0", "controller", "trainer0"
 def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
     """Run the synchronous loop for cfg.train.updates updates; returns the summary."""
     train_tasks = preflight(cfg)
-    clock = clock_for(cfg.runtime)
+    clock = clock_for(cfg.runtime, seed=cfg.seed)
     ledger = RunLedger(cfg, out_dir, force=force, clock=clock)
     rewards = RewardPool(cfg.reward, clock=clock)
     try:
