@@ -224,6 +224,14 @@ def test_bench_refuses_a_directory_for_out_before_timing_anything(
     assert_one_error(capsys, f"--out {tmp_path} is a directory", "bench.json")
 
 
+def test_calibrate_refuses_drift_without_runs_to_fit_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", "config/bench.yaml", "--drift", "--out", str(out)]) == 2
+    assert_one_error(capsys, "--drift", "--from-runs RUN_DIR")
+    assert not out.exists()
+
+
 def test_config_schema_prints_the_schema_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config-schema"]) == 0
     captured = capsys.readouterr()

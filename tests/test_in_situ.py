@@ -1,6 +1,7 @@
 """Spans carry their work, and `calibrate --from-runs` fits a profile to them: the tally,
 the overlap, the fit against hand-made spans, and a virtual run's spans fitted exactly."""
 
+import dataclasses
 import json
 import pickle
 import threading
@@ -150,7 +151,7 @@ def test_a_virtual_sync_runs_spans_are_its_prices_exactly(tiny_model_dir: Path,
     assert max(fit.residual.values()) < 1e-6
     # ... and a virtual run is refused as a source of prices
     with pytest.raises(ConfigError, match="not timed by a machine"):
-        calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x")
+        calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x", drift=False)
 
 
 def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Path):
@@ -166,9 +167,14 @@ def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Pa
     assert len(updates) == len(writes) > 0
     assert all(w["update.call_s"] == 1 and len(w) == 2 for w in updates)
     assert all(w["weight_write.call_s"] == 1 and len(w) == 2 for w in writes)
-    profile, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x")
+    profile, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x",
+                                          drift=False)
     assert profile.host == run.cpu and "rollout" in report and "trainer" in report
-    assert profile.drift is not None and "drift" in report
+    assert profile.drift is None and "drift" not in report
+    drifting, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x",
+                                           drift=True)
+    assert drifting.drift is not None and "drift" in report
+    assert dataclasses.replace(drifting, drift=None) == profile
 
 
 def test_a_run_without_work_in_its_spans_is_refused_with_the_fix(tmp_path: Path):
@@ -251,4 +257,4 @@ def test_threaded_runs_alone_cannot_price_the_work(tmp_path: Path, monkeypatch):
             for n in ("a", "b")}
     monkeypatch.setattr("rlcore.measure.in_situ.read_run", lambda d: runs[str(d)])
     with pytest.raises(ConfigError, match="add a sync or areal run"):
-        calibrate_from_runs(list(runs), load_profile("cpu-2core"), "x")
+        calibrate_from_runs(list(runs), load_profile("cpu-2core"), "x", drift=False)

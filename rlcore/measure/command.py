@@ -72,7 +72,10 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise ConfigError("--from-runs fits the runs' own spans: give run directories and "
                               "no CONFIG or --set (the runs' configs are theirs)")
         profile, report = calibrate_from_runs(args.from_runs, load_profile(args.base),
-                                              args.name or out.stem)
+                                              args.name or out.stem, drift=args.drift)
+    elif args.drift:
+        raise ConfigError("--drift is fitted to live runs' spans: add --from-runs RUN_DIR... "
+                          "(an isolated calibration sees no run's drift)")
     elif not args.config:
         raise ConfigError("give a CONFIG to time each term on this machine, or --from-runs "
                           "RUN_DIR... to fit live runs' busy spans (docs/virtual_clock.md)")
@@ -173,6 +176,10 @@ def _calibrate_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--base", default="cpu-2core", metavar="PROFILE",
                    help="with --from-runs: the profile whose terms no span exercised are kept "
                         "(a shipped name or a path; default cpu-2core)")
+    c.add_argument("--drift", action="store_true",
+                   help="with --from-runs: also fit how each role's speed drifts (the profile's "
+                        "`drift`); it over-predicted stale drops on this VM in one hour of two "
+                        "(docs/virtual_clock.md, the sixth validation)")
     c.add_argument("--out", required=True, help="the profile to write (YAML)")
     c.add_argument("--name", help="the profile's name (default: the file's stem)")
     c.add_argument("--repeats", type=int, default=3, help="timings per size of each term")

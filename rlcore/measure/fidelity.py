@@ -93,7 +93,7 @@ def fit_runs(dirs: list[Path], base: str, path: Path) -> str:
     from rlcore.measure.calibrate import write_profile
     from rlcore.measure.in_situ import calibrate_from_runs
 
-    profile, report = calibrate_from_runs(dirs, load_profile(base), "in-situ")
+    profile, report = calibrate_from_runs(dirs, load_profile(base), "in-situ", drift=False)
     write_profile(profile, report, path)
     return report
 

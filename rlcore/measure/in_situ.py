@@ -402,10 +402,10 @@ def priced(base: HardwareProfile, fit: InSituFit, drift: DriftFit | None, name: 
     return profile_from_dict(data, f"fitted to {len(runs)} runs")
 
 
-def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, name: str
-                        ) -> tuple[HardwareProfile, str]:
-    """A profile fitted to the runs' spans, and a report of the fit; the runs must be on
-    this machine's clock and on one CPU model."""
+def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, name: str, *,
+                        drift: bool) -> tuple[HardwareProfile, str]:
+    """A profile fitted to the runs' spans (and, with `drift`, their speed's drift), and a
+    report of the fit; the runs must be on this machine's clock and on one CPU model."""
     runs = [read_run(d) for d in run_dirs]
     virtual = [r.path for r in runs if r.clock != "wall"]
     if virtual:
@@ -422,16 +422,17 @@ def calibrate_from_runs(run_dirs: Sequence[str | Path], base: HardwareProfile, n
                           "hold waits for the interpreter lock: add a sync or areal run to "
                           "price the work")
     fit = fit_spans([sp for r in pricing for sp in r.spans])
-    drift = fit_drift([sr for r in pricing for sr in residual_series(r.spans, fit)])
-    profile = priced(base, fit, drift, name, pricing)
+    drifted = fit_drift([sr for r in pricing for sr in residual_series(r.spans, fit)]
+                        ) if drift else None
+    profile = priced(base, fit, drifted, name, pricing)
     report = "\n".join(f"  {role:<11} residual {fit.residual[role]:6.1%} over {n} spans"
                        + (f" ({fit.stalls[role]} left out as stalls)" if fit.stalls[role]
                           else "")
                        for role, n in fit.spans.items())
     report += (f"\n  slowdown    {fit.slowdown:.2f} while rollout and trainer compute at once"
-               + (f"\n  drift       sd {drift.sd:.3f} of log speed, correlation time "
-                  f"{drift.time_s:.3f} s ({drift.share:.0%} of the residual variance of "
-                  f"{drift.spans} rollout and trainer spans)" if drift is not None else "")
+               + (f"\n  drift       sd {drifted.sd:.3f} of log speed, correlation time "
+                  f"{drifted.time_s:.3f} s ({drifted.share:.0%} of the residual variance of "
+                  f"{drifted.spans} rollout and trainer spans)" if drifted is not None else "")
                + "\n  prices      " + ", ".join(f"{k} {v:.3g}" for k, v in fit.prices.items()))
     if threaded:
         gil = fit_interpreter(profile, threaded)
