@@ -97,12 +97,11 @@ def timed_parts(events: Sequence[dict[str, Any]], updates: Sequence[dict[str, An
     return parts
 
 
-def _split(span: Span, worker: str | None, start: float, end: float,
-           parts: Sequence[TimedPart]) -> list[Span]:
+def _split(span: Span, end: float, parts: Sequence[TimedPart]) -> list[Span]:
     """`span` less its timed parts, and one span per section of them (named after it, with
     its terms and their seconds); the span whole if its parts took more time than it had."""
-    mine = [p for p in parts if p.role == span.role and p.worker in (None, worker)
-            and start <= p.t <= end
+    mine = [p for p in parts if p.role == span.role and p.worker in (None, span.worker)
+            and span.start <= p.t <= end
             and any(k.startswith(p.section + ".") for k in span.work)]
     timed = {p.section: 0.0 for p in mine}
     for p in mine:
@@ -132,7 +131,7 @@ def spans_of(events: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]]
                   for iv in by_role.get(role, [])]
         span = Span(e["role"], e["end"] - e["start"], covered(e["start"], e["end"], others),
                     dict(e["work"]), e.get("worker", e["role"]), e["start"])
-        out += _split(span, e.get("worker"), e["start"], e["end"], parts)
+        out += _split(span, e["end"], parts)
     return out
 
 
@@ -188,9 +187,14 @@ class InSituFit:
 STALL = 4.0
 
 
+def stretch(overlap: Any, s: float) -> Any:
+    """How much longer than its price a span runs whose share `overlap` of its time the
+    other computing role was busy too, at slowdown s (a number, or an array of them)."""
+    return 1.0 / (1.0 - overlap + overlap / (1.0 + s))
+
+
 def _stretch(spans: Sequence[Span], s: float) -> np.ndarray:
-    f = np.array([sp.overlap for sp in spans])
-    return 1.0 / (1.0 - f + f / (1.0 + s))
+    return np.asarray(stretch(np.array([sp.overlap for sp in spans]), s))
 
 
 def fit_spans(spans: Sequence[Span], slowdowns: Sequence[float] = SLOWDOWNS) -> InSituFit:
@@ -271,7 +275,7 @@ def residual_series(spans: Sequence[Span], fit: InSituFit) -> list[list[tuple[fl
         if sp.role not in COMPUTING:
             continue
         price = sum(fit.prices.get(k, 0.0) * v for k, v in sp.work.items())
-        predicted = price / (1.0 - sp.overlap + sp.overlap / (1.0 + fit.slowdown))
+        predicted = price * stretch(sp.overlap, fit.slowdown)
         if predicted > 0 and sp.seconds > 0 and sp.seconds <= STALL * predicted:
             by_worker.setdefault(sp.worker, []).append((sp.start, np.log(sp.seconds / predicted)))
     return [sorted(series) for series in by_worker.values() if len(series) > 1]
