@@ -17,7 +17,8 @@ from rlcore.clock.profile import HARDWARE_DIR, DriftCost, load_profile
 from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Update
 from rlcore.config import ConfigError
-from rlcore.measure.in_situ import InSituFit, Span, fit_drift, residual_series
+from rlcore.measure.drift_fit import fit_drift
+from rlcore.measure.in_situ import InSituFit, Span, residual_series
 from tests.test_virtual_clock import SECONDS, run_roles
 
 

@@ -6,6 +6,7 @@
   virtual.py  `VirtualClock`: the roles taking turns, in virtual time (a discrete-event
               scheduler), with the queues and flags that wait in it
   processors.py how fast the computations running at once go on shared processors
+  drift.py    how each role's speed drifts about its mean, when a profile has `drift`
 """
 
 from rlcore.clock.clock import WALL, Clock, WallClock, clock_for

@@ -13,9 +13,8 @@ at time t costs its price times exp(x(t) + sd^2 / 2). That is a speed of exp(-x 
 whose average over time is 1: a role kept busy does as much work as without drift. Its
 spans take their price on average, as a fitted price is the mean span: a role books more
 work while it is fast, so the factors of its computations average 1, not those of fixed
-instants (exp(sd^2)). Each role draws
-its path from its own generator, seeded by the run's seed and the role's name, when it books
-work, so the run stays a function of its config.
+instants (exp(sd^2)). Each role draws its path from its own generator, seeded by the run's
+seed and the role's name, when it books work, so the run stays a function of its config.
 """
 
 from __future__ import annotations
