@@ -12,7 +12,17 @@ import yaml
 
 from rlcore.clock import WALL
 from rlcore.clock.profile import load_profile
-from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights, WorkTally
+from rlcore.clock.work import (
+    Commit,
+    Decode,
+    Handle,
+    Handoff,
+    Prefill,
+    Reward,
+    Update,
+    Weights,
+    WorkTally,
+)
 from rlcore.config import ConfigError, config_from_dict
 from rlcore.measure.in_situ import (
     RunSpans,
@@ -160,7 +170,9 @@ def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Pa
     run_mode(cfg, tmp_path / "run")
     run = read_run(tmp_path / "run")
     roles = {s.role for s in run.spans}
-    assert roles == {"rollout", "trainer", "weight_read", "weight_write"}
+    assert roles == {"rollout", "handoff", "trainer", "weight_read", "weight_write"}
+    handoffs = [s for s in run.spans if s.role == "handoff"]
+    assert all(s.seconds > 0 and s.work["handoff.call_s"] == 1 for s in handoffs)
     updates = [s.work for s in run.spans if s.role == "trainer"]
     writes = [s.work for s in run.spans if s.role == "weight_write"]
     # each update's write, timed apart, is a span of its own
@@ -170,6 +182,9 @@ def test_a_live_runs_spans_carry_work_and_fit(tiny_model_dir: Path, tmp_path: Pa
     profile, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x",
                                           drift=False)
     assert profile.host == run.cpu and "rollout" in report and "trainer" in report
+    # cpu-2core, timed term by term, has no hand-off: the fit adds it
+    assert load_profile("cpu-2core").handoff is None and profile.handoff is not None
+    assert "handoff" in report
     assert profile.drift is None and "drift" not in report
     drifting, report = calibrate_from_runs([tmp_path / "run"], load_profile("cpu-2core"), "x",
                                            drift=True)
@@ -207,6 +222,35 @@ def test_a_timed_weight_copy_leaves_its_span_and_is_fitted_on_its_own():
         ("weight_write", 0.5, {"weight_write.call_s": 1})]
     # without the updates the trainer's span stays whole
     assert [s.seconds for s in spans_of(events)] == [0.875, 0.125, 2.0]
+
+
+def test_a_handoff_is_a_span_of_its_own_stretched_by_the_trainers_overlap():
+    events = [
+        {"type": "span", "role": "rollout", "worker": "rollout0", "start": 0.0, "end": 1.0,
+         "work": {"decode.step_s": 10}},
+        {"type": "handoff", "worker": "rollout0", "t": 1.5, "samples": 8, "handoff_s": 0.5},
+        {"type": "span", "role": "trainer", "worker": "trainer0", "start": 1.25, "end": 3.0,
+         "work": {"update.call_s": 1}},
+    ]
+    handoff = spans_of(events)[-1]
+    # [1.0, 1.5], of which the trainer's span covers [1.25, 1.5]: half
+    assert (handoff.role, handoff.seconds, handoff.overlap, handoff.start) == (
+        "handoff", 0.5, 0.5, 1.0)
+    assert handoff.work == {"handoff.call_s": 1, "handoff.per_sample_s": 8}
+
+
+def test_handoffs_price_a_call_and_a_sample_into_a_base_without_them():
+    """Hand-offs of 8 and 32 samples at 1 ms + 20 us each: both prices come out, and the
+    profile, whose base had no hand-off, gets one."""
+    events = [{"type": "handoff", "worker": "rollout0", "t": float(i), "samples": n,
+               "handoff_s": 1e-3 + 2e-5 * n} for i, n in enumerate([8, 32, 8, 32, 16])]
+    fit = fit_spans(spans_of(events), slowdowns=[0.0])
+    assert fit.prices == pytest.approx({"handoff.call_s": 1e-3, "handoff.per_sample_s": 2e-5})
+    base = load_profile("cpu-2core")
+    run = RunSpans("r", "cpu", "portable", "wall", "areal", 1.0, spans_of(events))
+    profile = priced(base, fit, None, "fitted", [run])
+    assert base.handoff is None
+    assert profile.seconds(Handoff(32)) == pytest.approx(1e-3 + 32 * 2e-5)
 
 
 def test_split_copies_separate_a_per_call_price_that_whole_spans_cannot():

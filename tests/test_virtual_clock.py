@@ -25,6 +25,7 @@ from rlcore.clock.profile import (
     CopyCost,
     CpuCost,
     DecodeCost,
+    HandoffCost,
     HardwareProfile,
     RewardCost,
     TokenCost,
@@ -36,7 +37,16 @@ from rlcore.clock.virtual import (
     VirtualFlag,
     VirtualQueue,
 )
-from rlcore.clock.work import Commit, Decode, Handle, Prefill, Reward, Update, Weights
+from rlcore.clock.work import (
+    Commit,
+    Decode,
+    Handle,
+    Handoff,
+    Prefill,
+    Reward,
+    Update,
+    Weights,
+)
 from rlcore.config import ConfigError, config_from_dict
 from rlcore.record.rundir import read_jsonl
 from rlcore.replay.replayer import replay_run
@@ -79,6 +89,14 @@ class TestCostModel:
         assert p.seconds(Reward("code")) == 0.05 and p.seconds(Reward("answer")) == 1e-5
         assert p.seconds(Handle(samples=8)) == pytest.approx(1e-4 + 1.6e-4)
         assert p.seconds(Commit()) == 3e-5
+
+    def test_a_handoff_is_free_until_a_profile_prices_it(self):
+        assert not SECONDS.prices(Handoff(samples=32)) and SECONDS.seconds(Handoff(32)) == 0
+        p = profile(handoff=HandoffCost(call_s=5e-4, per_sample_s=1e-5))
+        # the batch's call plus 32 samples at 10 us: 0.5 ms + 0.32 ms
+        assert p.prices(Handoff(32)) and p.seconds(Handoff(32)) == pytest.approx(8.2e-4)
+        assert p.gil_share(Handoff(32)) == 1.0  # pickling and decoding are Python
+        assert p.digest() != SECONDS.digest()
 
     def test_model_bytes_prices_the_profiles_model_not_the_runs(self):
         p = profile(weight_write=CopyCost(call_s=0, gb_per_s=1.0, gil_share=1),
@@ -334,6 +352,15 @@ class TestScheduler:
         assert clock.now() == 7
         assert clock.describe()["charged_s"] == {"update": 7}
 
+    def test_work_a_profile_leaves_out_takes_no_time_and_is_not_listed(self):
+        clock = VirtualClock(SECONDS, seed=0)
+        clock.charge(Handoff(samples=8))
+        assert clock.now() == 0 and clock.describe()["charged_s"] == {}
+        priced = VirtualClock(profile(handoff=HandoffCost(call_s=1.0, per_sample_s=0.5)),
+                              seed=0)
+        priced.charge(Handoff(samples=8))
+        assert priced.now() == 5.0 and priced.describe()["charged_s"] == {"handoff": 5.0}
+
 
 # --- whole runs ------------------------------------------------------------------------------
 
@@ -429,6 +456,37 @@ def test_a_virtual_run_replays_bit_for_bit(tiny_model_dir: Path, tmp_path: Path)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["clock"]["kind"] == "virtual"
     assert config["hardware_profile"]["decode"] == RUN_PROFILE["decode"]
+
+
+def test_a_priced_handoff_holds_the_rollout_between_its_batches(tiny_model_dir: Path,
+                                                                tmp_path: Path):
+    """Each hand-off takes its price, recorded in its event, and the worker's next batch
+    starts after it; on a profile without `handoff` the rollout hands over in no time."""
+    def handoffs_and_gaps(run: Path) -> tuple[list[dict[str, Any]], list[float]]:
+        events = read_jsonl(run / "events.jsonl")
+        spans = [e for e in events if e["type"] == "span" and e["role"] == "rollout"]
+        return ([e for e in events if e["type"] == "handoff"],
+                [b["start"] - a["end"] for a, b in zip(spans, spans[1:])])
+
+    for name in ("free", "priced"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "priced" / "test-run.yaml").write_text(yaml.safe_dump(
+        {**RUN_PROFILE, "handoff": {"call_s": 1e-3, "per_sample_s": 1e-4}}))
+    for name in ("free", "priced"):
+        run_mode(virtual_config(tiny_model_dir, tmp_path / name, "areal", 2), tmp_path / name /
+                 "run")
+    free, free_gaps = handoffs_and_gaps(tmp_path / "free" / "run")
+    priced, gaps = handoffs_and_gaps(tmp_path / "priced" / "run")
+    assert free and all(e["handoff_s"] == 0 for e in free)
+    assert min(free_gaps) == 0  # the next batch's prompts were waiting
+    assert priced and all(e["handoff_s"] == pytest.approx(1e-3 + 1e-4 * e["samples"])
+                          for e in priced)
+    # one hand-off per gap but the last (recorded with a next batch that never came)
+    assert len(priced) == len(gaps)
+    assert all(g >= e["handoff_s"] - 1e-12 for g, e in zip(gaps, priced))
+    charged = json.loads((tmp_path / "priced" / "run" / "summary.json").read_text())[
+        "clock"]["charged_s"]
+    assert charged["handoff"] == pytest.approx(sum(e["handoff_s"] for e in priced), rel=0.2)
 
 
 class TestCalibrate:

@@ -9,6 +9,9 @@ in the sizes of `work.py`, so the price of a chunk or an update is one dot produ
 (launching kernels, the sampling loop): under the threaded baseline the roles share one
 interpreter, so those seconds of different roles cannot overlap (`virtual.py`).
 
+`handoff`, when given, prices a rollout worker's handing of a batch to the controller, which
+only a fit to live runs measures (a profile without it leaves that time out).
+
 `cpu` says what the roles' computations share of the processors; `drift`, when given, that
 their speed wanders about its mean as a live machine's does; `accelerator`, when given,
 says that the rollout worker and the trainers compute on one accelerator, so that their
@@ -82,6 +85,13 @@ class ControllerCost:
 
 
 @dataclasses.dataclass(frozen=True)
+class HandoffCost:
+    call_s: float = _f("seconds per batch handed over, whatever its size", minimum=0)
+    per_sample_s: float = _f("seconds per sample it carries (decoded to text, pickled)",
+                             minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class CommitCost:
     call_s: float = _f("seconds for the parameter service to decide one commit", minimum=0)
 
@@ -143,6 +153,10 @@ class HardwareProfile:
         "help": "the rollout worker and the trainers compute on one shared accelerator (their "
                 "device work slows each other, as `cpu` does for cores); null or absent: each "
                 "role has its own device"})
+    handoff: HandoffCost | None = dataclasses.field(default=None, metadata={
+        "help": "rollout: handing a finished batch over to the controller "
+                "(`work.py::Handoff`), fitted by `rlcore calibrate --from-runs`; null or "
+                "absent: free, as in a profile timed term by term"})
     drift: DriftCost | None = dataclasses.field(default=None, metadata={
         "help": "each role's speed drifts about its mean (`rlcore/clock/drift.py`), seeded "
                 "by the run's seed; null or absent: every computation costs its price exactly"})
@@ -153,9 +167,16 @@ class HardwareProfile:
         "help": "the kernel level they were measured with (runtime.kernels: portable or "
                 "native); null or absent: not recorded"})
 
+    def prices(self, work: Work) -> bool:
+        """Whether this profile prices `work` at all: not when it leaves the work's optional
+        section out (`handoff`), which then costs nothing and is not listed as charged."""
+        return all(getattr(self, key.split(".")[0]) is not None for key in terms(work))
+
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware: each of its terms (`work.py::terms`) at the
-        coefficient of the same name."""
+        coefficient of the same name (0 for work it does not price)."""
+        if not self.prices(work):
+            return 0.0
         return sum(self._term_s(key, quantity) for key, quantity in terms(work).items())
 
     def _term_s(self, key: str, quantity: float) -> float:
@@ -180,7 +201,7 @@ class HardwareProfile:
                         else self.weight_read).gil_share
             case Reward():
                 return self.reward.gil_share
-        return 1.0  # the controller and the service are Python through and through
+        return 1.0  # the controller, the service and a hand-off are Python through and through
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -192,7 +213,15 @@ class HardwareProfile:
 
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
-OPTIONAL_KEYS = ("accelerator", "drift", "host", "kernels")
+OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels")
+
+
+def optional_section(name: str) -> dict[str, float]:
+    """An optional cost section of `OPTIONAL_KEYS` (e.g. `handoff`) with every coefficient
+    0: what a fit fills in when its base profile leaves the section out."""
+    tp = typing.get_type_hints(HardwareProfile)[name]
+    cls = next(a for a in typing.get_args(tp) if a is not type(None))
+    return {f.name: 0.0 for f in dataclasses.fields(cls)}
 
 
 def profile_schema() -> dict[str, Any]:

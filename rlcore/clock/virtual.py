@@ -142,8 +142,9 @@ class VirtualClock:
         role = getattr(self._local, "role", None)
         if role is not None and role.drift is not None and seconds > 0 and not self.closed:
             seconds *= role.drift.factor(self._now)
-        term = type(work).__name__.lower()
-        self.charged[term] = self.charged.get(term, 0.0) + seconds
+        if self._costs.prices(work):  # work the profile leaves out is not listed as charged
+            term = type(work).__name__.lower()
+            self.charged[term] = self.charged.get(term, 0.0) + seconds
         if self.closed:
             return None
         if role is not None:

@@ -62,11 +62,19 @@ class Handle:
 
 
 @dataclass(frozen=True)
+class Handoff:
+    """A rollout worker handing a finished batch over: its samples' messages built (their
+    responses decoded to text), pickled and written to the controller's pipe."""
+
+    samples: int
+
+
+@dataclass(frozen=True)
 class Commit:
     """The parameter service deciding one commit (the version bump, not the weight copy)."""
 
 
-Work = Decode | Prefill | Update | Weights | Reward | Handle | Commit
+Work = Decode | Prefill | Update | Weights | Reward | Handle | Handoff | Commit
 
 
 def terms(work: Work) -> dict[str, float]:
@@ -90,6 +98,8 @@ def terms(work: Work) -> dict[str, float]:
             return {f"reward.{kind}": 1}
         case Handle():
             return {"controller.message_s": 1, "controller.per_sample_s": work.samples}
+        case Handoff():
+            return {"handoff.call_s": 1, "handoff.per_sample_s": work.samples}
         case Commit():
             return {"commit.call_s": 1}
     raise TypeError(f"no cost term for {work!r}")

@@ -22,7 +22,8 @@ A weight copy is timed on its own inside its span (a rollout worker's `weight_re
 event, a trainer's `time/weight_write_s`), and it comes in nearly every span, so a fit of
 whole spans cannot tell its price from the span's other per-call costs: at 5977315 it put
 3.7 ms on a reload that took 0.3 ms. Such a timed part is taken out of its span and fitted
-as an observation of its own.
+as an observation of its own. So is a rollout worker's hand-off of each batch (its
+`handoff` events, between its spans), which prices `profile.handoff`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from rlcore.clock.profile import HardwareProfile, profile_from_dict
+from rlcore.clock.profile import HardwareProfile, optional_section, profile_from_dict
+from rlcore.clock.work import Handoff, terms
 from rlcore.errors import ConfigError
 from rlcore.measure.drift_fit import DriftFit, fit_drift
 from rlcore.measure.timings import nonneg_lstsq
@@ -126,13 +128,23 @@ def spans_of(events: Sequence[dict[str, Any]], updates: Sequence[dict[str, Any]]
     by_role: dict[str, list[tuple[float, float]]] = {}
     for e in raw:
         by_role.setdefault(e["role"], []).append((e["start"], e["end"]))
+
+    def others(role: str) -> list[tuple[float, float]]:
+        return [iv for other in COMPUTING if other != role and role in COMPUTING
+                for iv in by_role.get(other, [])]
+
     out = []
     for e in raw:
-        others = [iv for role in COMPUTING if role != e["role"] and e["role"] in COMPUTING
-                  for iv in by_role.get(role, [])]
-        span = Span(e["role"], e["end"] - e["start"], covered(e["start"], e["end"], others),
+        span = Span(e["role"], e["end"] - e["start"],
+                    covered(e["start"], e["end"], others(e["role"])),
                     dict(e["work"]), e.get("worker", e["role"]), e["start"])
         out += _split(span, e["end"], parts)
+    for e in events:  # a rollout worker's hand-offs, between its spans: on its own core
+        if e.get("type") == "handoff":
+            start = e["t"] - e["handoff_s"]
+            out.append(Span("handoff", e["handoff_s"],
+                            covered(start, e["t"], others("rollout")),
+                            terms(Handoff(e["samples"])), e["worker"], start))
     return out
 
 
@@ -327,6 +339,8 @@ def priced(base: HardwareProfile, fit: InSituFit, drift: DriftFit | None, name: 
     data = base.to_dict()
     for term, price in fit.prices.items():
         section, field = term.split(".")
+        if data[section] is None:  # a section the base leaves out (handoff): from zero
+            data[section] = optional_section(section)
         if field == "per_gb":
             data[section]["gb_per_s"] = 1.0 / price if price > 0 else 1e6
         else:

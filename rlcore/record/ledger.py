@@ -65,6 +65,7 @@ EVENT_FIELDS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "interrupted_attempt": ("worker", "group_id", "attempt", "tokens"),
     "resubmission": ("group_id", "attempt"),
     "weight_reload": ("worker", "version", "reload_s"),
+    "handoff": ("worker", "samples", "handoff_s"),
 }.items()}
 
 # The commit timings of an update applied in place, where no weights move (sync): zero.

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from rlcore.clock.work import Weights
+from rlcore.clock.work import Handoff, Weights
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.generation import Chunked, generate
 from rlcore.policy.hf_policy import HFPolicy
@@ -145,6 +145,7 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
     cpu0 = ctx.own_cpu_s()
     sampled = reprefilled = kv_kept = abandoned = 0
     feed = PromptFeed(ctx.prompt_q, cfg.train.update_batch_size)
+    handed: Event | None = None  # the last batch's hand-off, recorded with the next batch
 
     while not ctx.stop.is_set():
         batch = feed.take()
@@ -152,6 +153,8 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
         if not batch:
             continue
         out = RolloutBatch(ctx.name)
+        if handed is not None:
+            out.events.append(handed)
         t_start = clock.now()
         clock.take_work()  # what came before the span is no span's
         if ctx.slots.version() > local_version:
@@ -190,7 +193,13 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
                                                 "samples": len(kept),
                                                 "work": clock.take_work()}))
         ctx.counters[2 * ctx.index + 1] += 1
+        # Building the messages and sending them is time the rollout does not generate in:
+        # timed live, priced in virtual time when the profile prices it (`profile.handoff`).
+        clock.charge(Handoff(len(kept)))
         ctx.inbox.put(out)
+        t_sent = clock.now()
+        handed = Event("handoff", t_sent, {"worker": ctx.name, "samples": len(kept),
+                                           "handoff_s": t_sent - t_end})
     ctx.inbox.put(Stopped(ctx.name, tokens_sampled=sampled, tokens_reprefilled=reprefilled,
                           tokens_kv_kept=kv_kept, tokens_abandoned=abandoned,
                           cpu_s=ctx.own_cpu_s() - cpu0,
