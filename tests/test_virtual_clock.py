@@ -466,7 +466,7 @@ def test_a_priced_handoff_holds_the_rollout_between_its_batches(tiny_model_dir: 
         events = read_jsonl(run / "events.jsonl")
         spans = [e for e in events if e["type"] == "span" and e["role"] == "rollout"]
         return ([e for e in events if e["type"] == "handoff"],
-                [b["start"] - a["end"] for a, b in zip(spans, spans[1:])])
+                [b["start"] - a["end"] for a, b in zip(spans, spans[1:], strict=False)])
 
     for name in ("free", "priced"):
         (tmp_path / name).mkdir()
@@ -483,7 +483,7 @@ def test_a_priced_handoff_holds_the_rollout_between_its_batches(tiny_model_dir: 
                           for e in priced)
     # one hand-off per gap but the last (recorded with a next batch that never came)
     assert len(priced) == len(gaps)
-    assert all(g >= e["handoff_s"] - 1e-12 for g, e in zip(gaps, priced))
+    assert all(g >= e["handoff_s"] - 1e-12 for g, e in zip(gaps, priced, strict=True))
     charged = json.loads((tmp_path / "priced" / "run" / "summary.json").read_text())[
         "clock"]["charged_s"]
     assert charged["handoff"] == pytest.approx(sum(e["handoff_s"] for e in priced), rel=0.2)
