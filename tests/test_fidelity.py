@@ -1,12 +1,15 @@
 """The emulator's validation split: disjoint fitting and held-out configs, checked on load."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
+from rlcore.clock.profile import load_profile
 from rlcore.errors import ConfigError
 from rlcore.measure.fidelity import fidelity_markdown, load_split, run_split
+from rlcore.measure.in_situ import RunSpans, Span, run_speed
 from tests.conftest import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +72,8 @@ def test_the_fidelity_table_says_which_goals_are_met():
     result = {"configs": {"a": _entry(50.0, 52.0, 0.0, 0.10, 0.15, 1.1),
                           "b": _entry(50.0, 56.0, 0.05, 0.20, 0.15, 1.3)}}
     table = fidelity_markdown(result)
-    assert "| a | 50.0 (49.0-51.0) | 52.0 (+4%) | 50.0 (+0%) | 0.20 / 0.20 / 0.20 |" in table
+    assert "| a | 50.0 (49.0-51.0) | 52.0 (+4%) | 50.0 (+0%) | — | 0.20 / 0.20 / 0.20 |" in table
+    assert "own speed" not in table  # no result carries it
     assert "median error 8.0% (goal 5%: missed), worst 12.0% (goal 10%: missed)" in table
     assert "within 0.03: 3 of 4 (missed)" in table
     assert "1 of 2 configs (missed)" in table
@@ -77,6 +81,38 @@ def test_the_fidelity_table_says_which_goals_are_met():
     result = {"configs": {"a": _entry(50.0, 51.0, 0.0, 0.10, 0.15, 1.0)}}
     table = fidelity_markdown(result)
     assert table.count("met)") == 5 and "missed" not in table
+
+
+def test_the_table_gives_the_error_at_each_live_runs_own_speed():
+    # live 50 updates/s, virtual 60 (+20 %); the live runs ran 1.25 and 1.15 times slower
+    # than the profile: at their speeds virtual 48 (-4 %) and 52.2 (+4.3 %)
+    a = {**_entry(50.0, 60.0, 0.0, 0.10, 0.15, 1.0),
+         "at_run_speed": {"speeds": [1.25, 1.15], "updates_per_s_rel": 0.002}}
+    b = {**_entry(50.0, 55.0, 0.0, 0.10, 0.15, 1.0), "at_run_speed": None}
+    table = fidelity_markdown({"configs": {"a": a, "b": b}})
+    assert "| 60.0 (+20%) | 50.0 (+0%) | +0% (1.25, 1.15) |" in table
+    assert "| 55.0 (+10%) | 50.0 (+0%) | — (threaded) |" in table
+    assert "own speed (the machine's drift between runs taken out; not a goal, a diagnosis): " \
+        "median error 0.2%, worst 0.2% over 1 configs" in table
+
+
+def test_a_runs_speed_is_its_computing_spans_seconds_over_their_price():
+    """Two rollout spans of 10 decode steps at 1 ms (0.010 s each), taking 0.012 and 0.013 s,
+    and a trainer span of one update at 20 ms taking 0.025 s; its hand-off and weight copy
+    are not computing spans. Speed (0.012 + 0.013 + 0.025) / (0.010 + 0.010 + 0.020)."""
+    profile = load_profile("cpu-2core")
+    profile = dataclasses.replace(
+        profile, decode=dataclasses.replace(profile.decode, step_s=1e-3),
+        update=dataclasses.replace(profile.update, call_s=0.02),
+        cpu=dataclasses.replace(profile.cpu, concurrent_slowdown=0.0))
+    spans = [Span("rollout", 0.012, 0.0, {"decode.step_s": 10}, "rollout0", 0.0),
+             Span("rollout", 0.013, 0.0, {"decode.step_s": 10}, "rollout0", 1.0),
+             Span("trainer", 0.025, 0.5, {"update.call_s": 1}, "trainer0", 0.5),
+             Span("handoff", 0.5, 0.0, {"handoff.call_s": 1}, "rollout0", 0.02),
+             Span("weight_read", 0.5, 0.0, {"weight_read.call_s": 1}, "rollout0", 0.01)]
+    run = RunSpans("r", "cpu", "portable", "wall", "areal", 1.0, spans)
+    assert run_speed(run, profile) == pytest.approx(0.050 / 0.040)
+    assert run_speed(dataclasses.replace(run, mode="async"), profile) is None
 
 
 @pytest.mark.slow
@@ -106,3 +142,5 @@ def test_the_check_fits_every_rounds_runs_and_judges_the_held_out_ones(tiny_mode
     assert len(entry["staleness"]["live"]) == 2  # one live run per round
     assert entry["virtual"]["updates_per_s"] > 0 and entry["plan"]["updates_per_s"] > 0
     assert "areal-k4" in fidelity_markdown(result)
+    own = entry["at_run_speed"]  # each live run's speed against the pooled profile
+    assert len(own["speeds"]) == 2 and all(f > 0 for f in own["speeds"])

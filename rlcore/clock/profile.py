@@ -175,13 +175,18 @@ class HardwareProfile:
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware: each of its terms (`work.py::terms`) at the
         coefficient of the same name (0 for work it does not price)."""
-        if not self.prices(work):
-            return 0.0
-        return sum(self._term_s(key, quantity) for key, quantity in terms(work).items())
+        return self.seconds_of(terms(work)) if self.prices(work) else 0.0
+
+    def seconds_of(self, work_terms: dict[str, float]) -> float:
+        """The price of work given as its terms and quantities (a span's `work` in
+        events.jsonl, `work.py::terms`); a section the profile leaves out costs nothing."""
+        return sum(self._term_s(key, quantity) for key, quantity in work_terms.items())
 
     def _term_s(self, key: str, quantity: float) -> float:
         section, coefficient = key.split(".")
         cost = getattr(self, section)
+        if cost is None:  # an optional section left out (`prices`)
+            return 0.0
         if coefficient == "per_gb":  # a copy: its gigabytes, at the profile's bandwidth
             gb = quantity if self.model_bytes is None else self.model_bytes / 1e9
             return float(gb / cost.gb_per_s)

@@ -15,9 +15,11 @@ import statistics
 from pathlib import Path
 from typing import Any, Literal
 
+from rlcore.clock.profile import HardwareProfile, load_profile
 from rlcore.config import RunConfig, load_config
 from rlcore.config.files import parse_yaml
 from rlcore.errors import ConfigError
+from rlcore.measure.in_situ import RunSpans, read_run, run_speed
 
 Part = Literal["fit", "heldout"]
 
@@ -89,7 +91,6 @@ def load_split(path: str | Path) -> FidelitySplit:
 def fit_runs(dirs: list[Path], base: str, path: Path) -> str:
     """Fit a profile to the live runs in `dirs` (`in_situ.py`), write it to `path`; returns
     the fit's report."""
-    from rlcore.clock.profile import load_profile
     from rlcore.measure.calibrate import write_profile
     from rlcore.measure.in_situ import calibrate_from_runs
 
@@ -115,6 +116,7 @@ def run_split(split: FidelitySplit, out: Path, base: str, profile: Path | None =
     held = [(name, prepared(cfg, split.updates, "wall")) for name, cfg in split.configs("heldout")]
     fitting = [] if profile else split.configs("fit")
     live: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in held}
+    spans: dict[str, list[RunSpans]] = {name: [] for name, _ in held}
     calls: dict[str, list[float]] = {name: [] for name, _ in held}
     rounds: list[list[Path]] = []
     result: dict[str, Any] = {}
@@ -132,6 +134,7 @@ def run_split(split: FidelitySplit, out: Path, base: str, profile: Path | None =
         for name, cfg in held:
             fig, call_s = timed_run(cfg, out / "live" / name)
             live[name].append(fig)
+            spans[name].append(read_run(out / "live" / name))  # before the next rep's
             calls[name].append(call_s)
     if profile is None:
         profile = out / "profile.yaml"
@@ -145,7 +148,23 @@ def run_split(split: FidelitySplit, out: Path, base: str, profile: Path | None =
         fig, call_s = timed_run(vcfg, out / "virtual" / name)
         result["configs"][name] = against_live(live[name], calls[name], fig, [call_s],
                                                planned(vcfg, out / "virtual" / name))
+        result["configs"][name]["at_run_speed"] = at_run_speed(
+            live[name], spans[name], fig, load_profile(str(profile)))
     return result
+
+
+def at_run_speed(live: list[dict[str, Any]], runs: list[RunSpans], virtual: dict[str, Any],
+                 profile: HardwareProfile) -> dict[str, Any] | None:
+    """The virtual updates/s against each live run's at that run's own speed
+    (`in_situ.py::run_speed`: the virtual run's time scaled by it): how far the schedule is
+    off once the machine's drift between runs is taken out. Each run's speed and the
+    median error; None for the threaded baseline, whose spans do not give its speed."""
+    speeds = [run_speed(r, profile) for r in runs]
+    if any(f is None for f in speeds):
+        return None
+    errors = [virtual["updates_per_s"] / f / fig["updates_per_s"] - 1
+              for f, fig in zip(speeds, live, strict=True) if f is not None]
+    return {"speeds": speeds, "updates_per_s_rel": statistics.median(errors)}
 
 
 # The goals of #39: updates/s within 5 % at the median and 10 % at worst; drop rate and
@@ -154,13 +173,24 @@ def run_split(split: FidelitySplit, out: Path, base: str, profile: Path | None =
 GOALS = {"updates_median": 0.05, "updates_worst": 0.10, "share": 0.03, "cost": 1.2}
 
 
+def _at_speed_cell(entry: dict[str, Any]) -> str:
+    if "at_run_speed" not in entry:  # a result from before it was measured
+        return "— | "
+    own = entry["at_run_speed"]
+    if own is None:
+        return "— (threaded) | "
+    speeds = ", ".join(f"{f:.2f}" for f in own["speeds"])
+    return f"{own['updates_per_s_rel']:+.0%} ({speeds}) | "
+
+
 def fidelity_markdown(result: dict[str, Any]) -> str:
     """The held-out table (live median and range, virtual, plan; errors against the live
     median) and one line per goal, met or missed."""
-    rows = ["| config | updates/s live (range) | virtual | plan | drop rate live / virtual "
-            "/ plan | wasted share live / virtual / plan | staleness TV virtual (live vs "
-            "live) | virtual / live call |", "|---|---|---|---|---|---|---|---|"]
-    errors, shares, tv_ok, costs = [], [], 0, []
+    rows = ["| config | updates/s live (range) | virtual | plan | virtual at each run's speed "
+            "(speeds) | drop rate live / virtual / plan | wasted share live / virtual / plan "
+            "| staleness TV virtual (live vs live) | virtual / live call |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    errors, shares, tv_ok, costs, at_speed = [], [], 0, [], []
     for name, e in result["configs"].items():
         live, v, p = e["live"], e["virtual"], e["plan"]
         u = live["updates_per_s"]
@@ -170,10 +200,14 @@ def fidelity_markdown(result: dict[str, Any]) -> str:
         tv, spread_ = e["staleness_tv"]["virtual_vs_live"], e["staleness_tv"]["live_vs_live"]
         tv_ok += tv["median"] <= spread_["max"]
         costs.append(e["cost"]["ratio"]["median"])
+        own = e.get("at_run_speed")
+        if own is not None:
+            at_speed.append(abs(own["updates_per_s_rel"]))
         rows.append(
             f"| {name} | {u['median']:.1f} ({u['min']:.1f}-{u['max']:.1f}) | "
             f"{v['updates_per_s']:.1f} ({ve['updates_per_s_rel']:+.0%}) | "
             f"{p['updates_per_s']:.1f} ({pe['updates_per_s_rel']:+.0%}) | "
+            + _at_speed_cell(e) +
             f"{live['stale_drop_rate']['median']:.2f} / {v['stale_drop_rate']:.2f} / "
             f"{p['stale_drop_rate']:.2f} | {live['wasted_token_share']['median']:.2f} / "
             f"{v['wasted_token_share']:.2f} / {p['wasted_token_share']:.2f} | "
@@ -191,6 +225,9 @@ def fidelity_markdown(result: dict[str, Any]) -> str:
         f"{GOALS['updates_median']:.0%}: {met(med <= GOALS['updates_median'])}), worst "
         f"{worst:.1%} (goal {GOALS['updates_worst']:.0%}: "
         f"{met(worst <= GOALS['updates_worst'])})",
+        *([f"- at each live run's own speed (the machine's drift between runs taken out; "
+           f"not a goal, a diagnosis): median error {statistics.median(at_speed):.1%}, worst "
+           f"{max(at_speed):.1%} over {len(at_speed)} configs"] if at_speed else []),
         f"- drop rate and wasted-token share within {GOALS['share']}: "
         f"{sum(x <= GOALS['share'] for x in shares)} of {len(shares)} "
         f"({met(all(x <= GOALS['share'] for x in shares))})",

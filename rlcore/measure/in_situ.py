@@ -261,6 +261,23 @@ def _fit(spans: Sequence[Span], slowdowns: Sequence[float]) -> _Fit:
                 residual, counts)
 
 
+def run_speed(run: RunSpans, profile: HardwareProfile) -> float | None:
+    """How slow this run's machine was against `profile`: its rollout and trainer spans'
+    seconds over what the profile predicts for them (stretched by their overlap), stalls
+    included; None for a threaded run, whose spans hold its waits for the interpreter lock.
+    Live speed moves by up to 40 % between runs on this VM, so a fitted profile is 1 on
+    average and a run in a slow stretch is above 1."""
+    if run.mode == "async":
+        return None
+    seconds = predicted = 0.0
+    for sp in run.spans:
+        if sp.role in COMPUTING:
+            seconds += sp.seconds
+            predicted += profile.seconds_of(sp.work) * stretch(
+                sp.overlap, profile.cpu.concurrent_slowdown)
+    return seconds / predicted if predicted > 0 else None
+
+
 def residual_series(spans: Sequence[Span], fit: InSituFit) -> list[list[tuple[float, float]]]:
     """Per worker of a computing role, in time order: each span's start and the log of its
     seconds over the fit's prediction (stalls left out, as in the fit)."""
