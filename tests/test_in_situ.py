@@ -29,13 +29,12 @@ from rlcore.measure.in_situ import (
     Span,
     calibrate_from_runs,
     covered,
-    fit_interpreter,
     fit_spans,
     priced,
     read_run,
     spans_of,
-    with_gil_share,
 )
+from rlcore.measure.interpreter_fit import fit_interpreter, with_gil_share
 from rlcore.record.rundir import read_jsonl
 from rlcore.runners import run_mode
 from tests.conftest import small_config

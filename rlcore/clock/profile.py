@@ -175,7 +175,7 @@ class HardwareProfile:
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware: each of its terms (`work.py::terms`) at the
         coefficient of the same name (0 for work it does not price)."""
-        return self.seconds_of(terms(work)) if self.prices(work) else 0.0
+        return self.seconds_of(terms(work))
 
     def seconds_of(self, work_terms: dict[str, float]) -> float:
         """The price of work given as its terms and quantities (a span's `work` in

@@ -159,11 +159,11 @@ def at_run_speed(live: list[dict[str, Any]], runs: list[RunSpans], virtual: dict
     (`in_situ.py::run_speed`: the virtual run's time scaled by it): how far the schedule is
     off once the machine's drift between runs is taken out. Each run's speed and the
     median error; None for the threaded baseline, whose spans do not give its speed."""
-    speeds = [run_speed(r, profile) for r in runs]
-    if any(f is None for f in speeds):
+    speeds = [f for f in (run_speed(r, profile) for r in runs) if f is not None]
+    if len(speeds) < len(runs):
         return None
     errors = [virtual["updates_per_s"] / f / fig["updates_per_s"] - 1
-              for f, fig in zip(speeds, live, strict=True) if f is not None]
+              for f, fig in zip(speeds, live, strict=True)]
     return {"speeds": speeds, "updates_per_s_rel": statistics.median(errors)}
 
 

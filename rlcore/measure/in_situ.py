@@ -15,7 +15,7 @@ wins. Terms no span exercised keep the base profile's values.
 
 A threaded run's spans are not priced: its roles share one interpreter, so each span holds
 the time it waited for the lock. It fits the interpreter-lock share of decode, prefill and
-update instead (`fit_interpreter`): the share, on a grid, at which the planner's updates/s
+update instead (`interpreter_fit.py`): the share, on a grid, at which the planner's updates/s
 on the fitted prices, with the run's own response lengths, comes closest to the run's.
 
 A weight copy is timed on its own inside its span (a rollout worker's `weight_reload`
@@ -42,6 +42,7 @@ from rlcore.clock.profile import HardwareProfile, optional_section, profile_from
 from rlcore.clock.work import Handoff, terms
 from rlcore.errors import ConfigError
 from rlcore.measure.drift_fit import DriftFit, fit_drift
+from rlcore.measure.interpreter_fit import GIL_SECTIONS, fit_interpreter, with_gil_share
 from rlcore.measure.timings import nonneg_lstsq
 from rlcore.record.rundir import read_jsonl
 
@@ -290,62 +291,6 @@ def residual_series(spans: Sequence[Span], fit: InSituFit) -> list[list[tuple[fl
         if predicted > 0 and sp.seconds > 0 and sp.seconds <= STALL * predicted:
             by_worker.setdefault(sp.worker, []).append((sp.start, np.log(sp.seconds / predicted)))
     return [sorted(series) for series in by_worker.values() if len(series) > 1]
-
-
-# The interpreter-lock shares a threaded run's fit tries first; then the two halfway to the
-# best one's neighbours (a plan of a 400-update run takes about 1.5 s here).
-GIL_SHARES = tuple(i / 10 for i in range(11))
-# The work whose share the fit sets: what `rlcore calibrate` measures as the decode's share
-# (prefill with it) and the update's; weight copies and scoring keep the base's.
-GIL_SECTIONS = ("decode", "prefill", "update")
-
-
-def with_gil_share(profile: HardwareProfile, share: float) -> HardwareProfile:
-    """`profile` with decode, prefill and update holding the interpreter lock for `share`."""
-    return dataclasses.replace(profile, **{
-        section: dataclasses.replace(getattr(profile, section), gil_share=share)
-        for section in GIL_SECTIONS})
-
-
-@dataclasses.dataclass(frozen=True)
-class InterpreterFit:
-    """The fitted interpreter-lock share, and each threaded run's planned updates/s at it
-    relative to its own (path -> relative error)."""
-
-    share: float
-    error: dict[str, float]
-
-
-def fit_interpreter(profile: HardwareProfile, runs: Sequence[RunSpans],
-                    shares: Sequence[float] = GIL_SHARES) -> InterpreterFit:
-    """The share whose plans of the threaded `runs`, on `profile`'s prices and each run's
-    recorded response lengths, give updates/s closest to the runs' own (least squares in
-    relative error; the smaller share on a tie): the best of `shares`, or of the two
-    halfway to its neighbours."""
-    from rlcore.config import load_config
-    from rlcore.plan.lengths import empirical
-    from rlcore.plan.planner import plan, workload
-
-    loads = [(r, load_config(r.path)) for r in runs]
-    works = [(r, cfg, workload(cfg, empirical(r.path, as_recorded=True))) for r, cfg in loads]
-    tried: dict[float, dict[str, float]] = {}
-
-    def error(share: float) -> float:
-        trial = with_gil_share(profile, share)
-        tried[share] = {r.path: plan(cfg, work, trial)["updates_per_s"] / r.updates_per_s - 1
-                        for r, cfg, work in works}
-        return sum(e * e for e in tried[share].values())
-
-    grid = sorted(shares)
-    scores = {g: error(g) for g in grid}
-    coarse = min(grid, key=lambda g: (scores[g], g))
-    i = grid.index(coarse)
-    for j in (i - 1, i + 1):
-        if 0 <= j < len(grid):
-            half = (grid[j] + coarse) / 2
-            scores[half] = error(half)
-    best = min(scores, key=lambda g: (scores[g], g))
-    return InterpreterFit(best, tried[best])
 
 
 def priced(base: HardwareProfile, fit: InSituFit, drift: DriftFit | None, name: str,
