@@ -50,6 +50,7 @@ def test_config_readme_explains_every_pipeline_key():
 
 # Overlays, laid over another config file as Snakemake merges them (nested keys merged).
 OVERLAYS = {"study.yaml": "config.yaml", "resolve.yaml": "config.yaml",
+            "resolve-k2.yaml": "config.yaml",
             "gsm8k-sample.yaml": "paper-gsm8k.yaml"}
 
 

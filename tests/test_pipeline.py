@@ -85,6 +85,25 @@ class TestGrid:
             [(c["id"], c["contrast"]) for c in shipped["claims"]]
         assert config["results"] == "results/resolve"
 
+    def test_the_k2_overlay_adds_seeds_to_the_emulated_k2_arms_in_the_default_results(self):
+        """config/resolve-k2.yaml over config/config.yaml: every default run, the emulated
+        sync and K = 2 arms at 26 seeds, the paper's preset at the default's 3 with its
+        replays, the default's claims, in the default's results directory."""
+        shipped = parse_yaml((ROOT / "config" / "config.yaml").read_text())
+        config = parse_yaml((ROOT / "config" / "config.yaml").read_text())
+        update_config(config, parse_yaml((ROOT / "config" / "resolve-k2.yaml").read_text()))
+        config = checked(config)
+        default = {tuple(p.values()) for p in grid_points(checked(shipped))}
+        points = grid_points(config)
+        added = [p for p in points if tuple(p.values()) not in default]
+        assert default <= {tuple(p.values()) for p in points}
+        assert len(added) == 23 * 3
+        assert {(p["clock"], p["k"]) for p in added} == {(V100, 0), (V100, 2)}
+        assert {p["seed"] for p in added} == set(range(3, 26))
+        assert len(replay_points(config)) == len(replay_points(checked(shipped)))
+        assert config["claims"] == shipped["claims"]
+        assert config["results"] == shipped["results"]
+
     def test_a_points_settings_are_run_then_its_preset_then_the_point(self):
         data = small_pipeline_config()
         data["grid"]["blocks"].append({"modes": ["areal"], "presets": ["paper"], "ks": [8],
