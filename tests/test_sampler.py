@@ -3,14 +3,22 @@ expects: `cache` from 5.24 on, `past_key_values` before (deprecated in 5.24, gon
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
 import torch
 
 from rlcore.config import RunConfig
-from rlcore.policy.sampler import Draws, cache_keyword
+from rlcore.policy.decoders import HFDecoder
+from rlcore.policy.sampler import ChunkedSampler, Draws, cache_keyword
 from tests.test_backend import PROMPTS, policy_for
+
+
+def cached(s: ChunkedSampler) -> int:
+    """Positions the sampler's KV cache holds."""
+    d = s.decoder
+    return d.cache.get_seq_length() if isinstance(d, HFDecoder) else d.filled
 
 
 class OldForward(torch.nn.Module):
@@ -29,12 +37,14 @@ def test_cache_keyword_follows_the_forward_signature(model: torch.nn.Module, key
     assert cache_keyword(model) == keyword
 
 
+@pytest.mark.parametrize("decode", ["hf", "static"])
 @pytest.mark.parametrize("swap", ["keep_cache", "reprefill"])
-def test_chunked_sampling_raises_no_deprecation_warning(cfg: RunConfig, swap: str):
+def test_chunked_sampling_raises_no_deprecation_warning(cfg: RunConfig, swap: str, decode: str):
     """Prefill, chunks, a weight swap (`keep_cache` or `reprefill`), more chunks: with every
     FutureWarning and DeprecationWarning an error, and the cache filled as it goes (a keyword
     the model does not know would be swallowed by its **kwargs and leave the cache empty)."""
-    policy = policy_for(cfg)
+    policy = policy_for(dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, decode=decode)))
     policy.stop_ids = set()  # no row stops early: every row runs every step
     ids = [policy.encode_prompt(p) for p in PROMPTS]
     width = max(len(p) for p in ids)
@@ -43,14 +53,14 @@ def test_chunked_sampling_raises_no_deprecation_warning(cfg: RunConfig, swap: st
         warnings.simplefilter("error", DeprecationWarning)
         s = policy.sampler(ids, max_new_tokens=6, temperature=1.0,
                            draws=Draws(0, [(i, 0) for i in range(len(ids))]), version=0)
-        assert s.cache.get_seq_length() == width
+        assert cached(s) == width
         s.step(2)
-        assert s.cache.get_seq_length() == width + 2
+        assert cached(s) == width + 2
         getattr(s, swap)(version=1)
         while not s.done:
             s.step(2)
         greedy = policy.greedy(ids, 3)
-    assert s.cache.get_seq_length() == width + 5  # the last token is sampled, not fed back
+    assert cached(s) == width + 5  # the last token is sampled, not fed back
     assert [len(g.response_ids) for g in s.gens] == [6] * len(ids)
     # keep_cache: the third token still comes from logits of the old weights
     expected = [0, 0, 0, 1, 1, 1] if swap == "keep_cache" else [0, 0, 1, 1, 1, 1]

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from transformers import DynamicCache
 
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Decode, Prefill
+from rlcore.policy.decoders import decoder_for, stop_tensor
 
 
 class SamplingPolicy(Protocol):
@@ -45,6 +45,11 @@ class SamplingPolicy(Protocol):
 
     @property
     def stop_ids(self) -> Collection[int]: ...
+
+    @property
+    def decode(self) -> str:
+        """`hf` or `static` (`rlcore/policy/decoders.py::resolve_decode`)."""
+        ...
 
     def autocast(self) -> AbstractContextManager[Any]: ...
 
@@ -76,10 +81,12 @@ class Draws:
     seed: int
     keys: Sequence[tuple[int, int]]
 
-    def uniforms(self, positions: Sequence[int]) -> list[float]:
-        """One uniform per row, for the token at `positions[row]` of that row's response."""
-        return [token_uniform(self.seed, slot, attempt, pos)
-                for (slot, attempt), pos in zip(self.keys, positions, strict=True)]
+    def chunk(self, starts: Sequence[int | None], n: int) -> list[list[float]]:
+        """Per row, the uniforms of the `n` tokens from response position `starts[row]` on
+        ([B][n]); a row whose start is None (it has finished) gets zeros, never used."""
+        return [[0.0] * n if pos is None else
+                [token_uniform(self.seed, slot, attempt, pos + j) for j in range(n)]
+                for (slot, attempt), pos in zip(self.keys, starts, strict=True)]
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -111,7 +118,9 @@ class ChunkedSampler:
     Between chunks the caller may swap the weights and call `reprefill` (AReaL's
     `interrupt: continue`), or abandon the batch (the paper's `interrupt: resubmit`).
     `draws` None means greedy (argmax) decoding. Each prefill and each chunk is reported to
-    `clock` as it ends (`rlcore/clock/work.py`).
+    `clock` as it ends (`rlcore/clock/work.py`). Within a chunk the tokens, log-probabilities
+    and finished rows stay tensors on the policy's device; the responses are read back once,
+    at the chunk's end.
     """
 
     def __init__(
@@ -139,16 +148,18 @@ class ChunkedSampler:
         width = max(len(p) for p in prompt_ids)
         pad = policy.pad_id
         # Left padding keeps every row's next token in the last column.
-        self.ids = torch.tensor(
+        ids = torch.tensor(
             [[pad] * (width - len(p)) + list(p) for p in prompt_ids], device=dev
         )  # [B, width]
-        self.mask = torch.tensor(
+        mask = torch.tensor(
             [[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=dev
         )  # [B, width]
+        self.decoder = decoder_for(policy.decode, policy.model, ids, mask, policy.autocast,
+                                   cache_keyword(policy.model), max_new_tokens)
+        self.stop = stop_tensor(policy.stop_ids, dev)
         self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
         self.steps = 0
         self.chunks = 0  # calls of step() that sampled: the schedule counts in these
-        self._cache_kw = cache_keyword(policy.model)
         self.next_logits = self._prefill()  # [B, V]
 
     @property
@@ -168,18 +179,8 @@ class ChunkedSampler:
         return len(self.gens[row].response_ids)
 
     def _prefill(self) -> torch.Tensor:
-        return self.clock.compute(Prefill(calls=1, tokens=self.ids.numel()), self._forward_all)
-
-    def _forward_all(self) -> torch.Tensor:
-        """A new KV cache of every position so far; returns the last position's logits."""
-        self.cache = DynamicCache()
-        pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad(), self.policy.autocast():
-            out = self.policy.model(
-                input_ids=self.ids, attention_mask=self.mask, position_ids=pos,
-                use_cache=True, **{self._cache_kw: self.cache},
-            )
-        return out.logits[:, -1].float()
+        tokens = self.rows * self.decoder.context
+        return self.clock.compute(Prefill(calls=1, tokens=tokens), self.decoder.refill)
 
     def reprefill(self, version: int) -> None:
         """Rebuild the KV cache of prompt + partial response under the current weights."""
@@ -196,52 +197,52 @@ class ChunkedSampler:
 
     def step(self, n_tokens: int) -> int:
         """Sample up to n_tokens more tokens per unfinished row; returns tokens sampled."""
-        sampled = steps = rows = row_context = 0
-        stop = self.policy.stop_ids
         if self.done:
             return 0
         self.chunks += 1
-        for _ in range(n_tokens):
-            if self.done:
-                break
+        n = min(n_tokens, self.max_new_tokens - self.steps)
+        u = None
+        if self.draws is not None:
+            starts = [None if g.finished else len(g.response_ids) for g in self.gens]
+            u = torch.tensor(self.draws.chunk(starts, n), dtype=torch.float64,
+                             device=self.done_rows.device)  # [B, n]
+        toks, logps, live, versions = [], [], [], []
+        rows = row_context = 0
+        pad = torch.full_like(self.done_rows, self.policy.pad_id, dtype=torch.long)
+        for j in range(n):
             logp = torch.log_softmax(self.next_logits / self.temperature, dim=-1)  # [B, V]
-            if self.draws is None:
-                tok = logp.argmax(-1)  # [B]
-            else:
-                u = self.draws.uniforms([len(g.response_ids) for g in self.gens])
-                tok = inverse_cdf(logp.exp(), torch.tensor(u, dtype=torch.float64,
-                                                           device=logp.device))
-            tok_logp = logp.gather(-1, tok[:, None]).squeeze(-1)  # [B]
-            live = (~self.done_rows).tolist()
-            for i, (t, lp) in enumerate(zip(tok.tolist(), tok_logp.tolist(), strict=True)):
-                if not live[i]:
-                    continue
-                g = self.gens[i]
-                g.response_ids.append(t)
-                g.logprobs.append(lp)
-                g.versions.append(self.logits_version)
-                sampled += 1
-                if t in stop:
-                    g.finished = True
-            self.done_rows |= torch.tensor([g.finished for g in self.gens], device=tok.device)
+            tok = logp.argmax(-1) if u is None else inverse_cdf(logp.exp(), u[:, j])  # [B]
+            toks.append(tok)
+            logps.append(logp.gather(-1, tok[:, None]).squeeze(-1))  # [B]
+            live.append(~self.done_rows)
+            versions.append(self.logits_version)
+            self.done_rows = self.done_rows | (live[-1] & torch.isin(tok, self.stop))
             self.steps += 1
-            steps += 1
             # Finished rows keep receiving the pad token; causal attention keeps it from
             # touching any position that was recorded.
-            tok = torch.where(self.done_rows, torch.full_like(tok, self.policy.pad_id), tok)
-            self.ids = torch.cat([self.ids, tok[:, None]], dim=1)
-            self.mask = torch.cat([self.mask, torch.ones_like(tok[:, None])], dim=1)
+            self.decoder.append(torch.where(self.done_rows, pad, tok))
             if self.done:
                 break
-            pos = self.mask.sum(-1, keepdim=True) - 1  # [B, 1]
-            with torch.no_grad(), self.policy.autocast():
-                out = self.policy.model(
-                    input_ids=tok[:, None], attention_mask=self.mask, position_ids=pos,
-                    use_cache=True, **{self._cache_kw: self.cache},
-                )
-            self.next_logits = out.logits[:, -1].float()
+            self.next_logits = self.decoder.forward()
             self.logits_version = self.version
-            rows += self.mask.shape[0]
-            row_context += self.mask.numel()
-        self.clock.charge(Decode(steps=steps, rows=rows, row_context=row_context))
+            rows += self.rows
+            row_context += self.rows * self.decoder.context
+        sampled = self._record(toks, logps, live, versions)
+        self.clock.charge(Decode(steps=len(toks), rows=rows, row_context=row_context))
         return sampled
+
+    def _record(self, toks: list[torch.Tensor], logps: list[torch.Tensor],
+                live: list[torch.Tensor], versions: list[int]) -> int:
+        """Append a chunk's tokens to the rows that were running: one read back."""
+        # A row runs for a prefix of the chunk: from its start until it samples a stop token.
+        counts = torch.stack(live, dim=1).sum(-1).tolist()  # [B]
+        tok_rows = torch.stack(toks, dim=1).tolist()  # [B, steps]
+        logp_rows = torch.stack(logps, dim=1).tolist()
+        finished = self.done_rows.tolist()
+        for g, c, t, lp, f in zip(self.gens, counts, tok_rows, logp_rows, finished,
+                                  strict=True):
+            g.response_ids += t[:c]
+            g.logprobs += lp[:c]
+            g.versions += versions[:c]
+            g.finished = f
+        return sum(counts)

@@ -1,0 +1,144 @@
+"""The static decoder against transformers' forward: the same logits bit for bit on CPU, token
+after token, padded or not, whatever the head grouping, across weight swaps; and the sampler
+records the same responses through either."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from rlcore.config import ConfigError, RunConfig
+from rlcore.policy.decoders import (
+    HFDecoder,
+    StaticDecoder,
+    resolve_decode,
+    static_unsupported,
+)
+from rlcore.policy.generation import generate
+from rlcore.policy.sampler import Draws, cache_keyword, token_uniform
+from tests.test_backend import PROMPTS, policy_for
+
+
+def qwen2(heads: int, kv_heads: int, attn: str = "sdpa", seed: int = 0) -> Qwen2ForCausalLM:
+    """A random two-layer Qwen2 with the given head grouping."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, max_position_embeddings=128,
+                         tie_word_embeddings=True, pad_token_id=0)
+    config._attn_implementation = attn
+    return Qwen2ForCausalLM(config).eval()
+
+
+def batch(lengths: list[int], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded random prompts of the given lengths: ids and mask [B, max length]."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.tensor([[0] * (width - n) + torch.randint(3, 50, (n,), generator=g).tolist()
+                        for n in lengths])
+    mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths])
+    return ids, mask
+
+
+def both(model: Qwen2ForCausalLM, lengths: list[int], steps: int
+         ) -> tuple[HFDecoder, StaticDecoder]:
+    ids, mask = batch(lengths)
+    kw = cache_keyword(model)
+    return (HFDecoder(model, ids.clone(), mask.clone(), contextlib.nullcontext, kw),
+            StaticDecoder(model, ids, mask, contextlib.nullcontext, kw, steps))
+
+
+def advance(decoders: tuple[HFDecoder, StaticDecoder], tok: torch.Tensor) -> None:
+    """Append the same token to both and assert the next logits are bit for bit equal."""
+    ref, fast = decoders
+    ref.append(tok)
+    fast.append(tok)
+    assert ref.context == fast.context
+    assert torch.equal(ref.forward(), fast.forward())
+
+
+class TestStaticDecoderMatchesTransformers:
+    @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (4, 4), (4, 1)])
+    @pytest.mark.parametrize("lengths", [[3, 7, 5, 7], [6, 6, 6]], ids=["padded", "even"])
+    def test_logits_bit_for_bit(self, heads: int, kv_heads: int, lengths: list[int]):
+        model = qwen2(heads, kv_heads)
+        decoders = both(model, lengths, steps=20)
+        assert torch.equal(decoders[0].refill(), decoders[1].refill())
+        g = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            for _ in range(20):
+                advance(decoders, torch.randint(3, 50, (len(lengths),), generator=g))
+
+    def test_weights_loaded_in_place_are_seen_with_and_without_refill(self):
+        model = qwen2(4, 2)
+        decoders = both(model, [4, 9, 6], steps=12)
+        for d in decoders:
+            d.refill()
+        tok = torch.tensor([5, 6, 7])
+        advance(decoders, tok)
+        with torch.no_grad():  # as the rollout worker loads a version: copy_ in place
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+        advance(decoders, tok)  # keep_kv: new weights on the old cache
+        assert torch.equal(decoders[0].refill(), decoders[1].refill())  # continue
+        advance(decoders, tok)
+
+
+class TestResolve:
+    def test_auto_is_static_for_qwen2_under_sdpa_and_hf_otherwise(self):
+        assert resolve_decode("auto", qwen2(4, 2)) == "static"
+        assert resolve_decode("auto", qwen2(4, 2, attn="eager")) == "hf"
+        assert resolve_decode("hf", qwen2(4, 2)) == "hf"
+
+    def test_static_on_a_model_it_cannot_mirror_says_what_to_set(self):
+        assert "eager" in (static_unsupported(qwen2(4, 2, attn="eager")) or "")
+        with pytest.raises(ConfigError, match="model.decode: hf"):
+            resolve_decode("static", qwen2(4, 2, attn="eager"))
+
+
+class TestSampler:
+    def test_a_chunks_uniforms_are_the_tokens_own(self):
+        draws = Draws(7, [(3, 0), (4, 1)])
+        assert draws.chunk([2, None], 3) == [[token_uniform(7, 3, 0, p) for p in (2, 3, 4)],
+                                             [0.0, 0.0, 0.0]]
+
+    @pytest.mark.parametrize("swap", [None, "continue", "keep_kv", "resubmit"])
+    def test_static_and_hf_sample_the_same_responses(self, cfg: RunConfig, swap: str | None):
+        """Sampled tokens, log-probs, versions and stops agree exactly, through a swap of
+        weights between chunks under each interrupt rule."""
+        runs = []
+        for decode in ("hf", "static"):
+            policy = policy_for(dataclasses.replace(
+                cfg, model=dataclasses.replace(cfg.model, decode=decode)))
+            assert policy.decode == decode
+            ids = [policy.encode_prompt(p) for p in PROMPTS * 2]
+            s = policy.sampler(ids, max_new_tokens=9, temperature=1.0,
+                               draws=Draws(3, [(i, 0) for i in range(len(ids))]))
+            out = generate(s, 2, swap or "resubmit", Swap(policy) if swap else None)
+            runs.append(([(g.response_ids, g.logprobs, g.versions, g.finished)
+                          for g in s.gens], out.cut, out.sampled, s.chunks))
+        assert runs[0] == runs[1]
+        assert runs[0][2] > 0
+
+
+class Swap:
+    """Between chunks: new weights once, after the first chunk."""
+
+    def __init__(self, policy):
+        self.policy, self.swapped = policy, False
+
+    def cut(self, running: list[int]) -> None:
+        return None
+
+    def swap(self) -> int | None:
+        if self.swapped:
+            return None
+        self.swapped = True
+        with torch.no_grad():
+            for p in self.policy.model.parameters():
+                p.mul_(1.01)
+        return 1
