@@ -6,6 +6,8 @@
 #               run the test suite
 # make check  : while developing: lint and the fast tests (`-m "not slow"`), a few minutes; make
 #               test (what CI runs) is lint and every test
+# make hooks  : for this clone only, refuse commits whose subject is over 72 characters
+#               (.githooks/commit-msg; `make lint` checks the subjects of new commits too)
 # make lock   : refresh requirements.lock, the exact versions `make setup` installs: resolve
 #               pyproject.toml's ranges anew in a throwaway venv (torch==TORCH_VERSION first,
 #               then the package with all extras) and freeze it; commit the result (~2 min)
@@ -42,7 +44,7 @@ SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
 GPU_OUT ?= results/gpu-check
 
-.PHONY: setup lock run resume test check lint clean paper-smoke check-virtual gpu-check
+.PHONY: setup hooks lock run resume test check lint clean paper-smoke check-virtual gpu-check
 
 setup: $(STAMP)
 
@@ -96,7 +98,11 @@ resume: setup
 	$(SNAKEMAKE) --unlock
 	$(MAKE) run
 
+hooks:
+	git config --local core.hooksPath .githooks
+
 lint: setup
+	$(BIN)/python tools/commit_msg.py
 	$(BIN)/ruff check rlcore tests tools workflow/scripts
 	$(BIN)/mypy
 	snakemake --lint
