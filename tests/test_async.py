@@ -477,7 +477,8 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
         summary = build_summary(ledger.snapshot(), wall_s=1.0, cold_start_s=0.0,
                                 waits=controller.waits,
                                 placement={"cpus": {}, "unpinned_reason": "test"},
-                                load=ledger.load.summary(worker_cpu_s=0.0))
+                                load=ledger.load.summary(worker_cpu_s=0.0),
+                                weight_transport="host")
     finally:
         controller.rewards.close()
         ledger.close()

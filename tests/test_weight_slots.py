@@ -10,8 +10,9 @@ import time
 import pytest
 import torch
 
+from rlcore.config import ConfigError
 from rlcore.runners.asynchronous.vehicles import Processes
-from rlcore.runners.asynchronous.weight_slots import WeightSlots
+from rlcore.runners.asynchronous.weight_slots import WeightSlots, resolve_transport
 
 # 300 tensors (Qwen2.5-0.5B has 290), two dtypes: more than the 256 file descriptors that
 # Python's fork server passes to a new process, had each tensor its own.
@@ -98,3 +99,21 @@ def test_a_read_overlapping_a_write_is_copied_again_never_torn():
     assert torn == 0, f"{torn} of {reads} reads returned a state mixed from two writes"
     assert slots.retries >= 3, (f"only {slots.retries} of {reads} reads overlapped a write: the "
                                 "test did not exercise the sequence lock's retry")
+
+
+class TestTransport:
+    def test_auto_moves_weights_on_the_device_where_the_rollout_is_on_cuda(self):
+        assert resolve_transport("auto", torch.device("cpu")) == "host"
+        assert resolve_transport("auto", torch.device("cuda:0")) == "device"
+        assert resolve_transport("pinned", torch.device("cuda:1")) == "pinned"
+        assert resolve_transport("host", torch.device("cuda:0")) == "host"
+
+    @pytest.mark.parametrize("transport", ["pinned", "device"])
+    def test_a_gpu_transport_for_a_cpu_rollout_says_what_to_set(self, transport: str):
+        with pytest.raises(ConfigError, match="runtime.weight_transport: host"):
+            resolve_transport(transport, torch.device("cpu"))
+
+    def test_device_slots_need_a_cuda_device(self):
+        with pytest.raises(ValueError, match="CUDA device"):
+            WeightSlots(SPEC, 2, Processes().locked_array(4), shared=True, transport="device",
+                        device=torch.device("cpu"))

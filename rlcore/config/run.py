@@ -302,6 +302,13 @@ class RuntimeConfig:
         "threads_per_role cores of those this process may use (controller and parameter "
         "service float); skipped when there are too few cores.",
     )
+    weight_transport: Literal["auto", "host", "pinned", "device"] = _f(
+        "auto",
+        "areal/async: where the weight slots live. host: host memory shared between the "
+        "processes (the only path on CPU); pinned: the same, page-locked for fast copies to "
+        "and from the GPUs; device: on the rollout's GPU, shared with the trainer by CUDA IPC; "
+        "auto: device where the rollout runs on CUDA, else host.",
+    )
     rollout_workers: int = _f(1, "areal/async: rollout workers.", minimum=1)
     trainer_workers: int = _f(
         1, "areal/async: trainer workers (commits from a stale base are skipped).", minimum=1

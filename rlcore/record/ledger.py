@@ -309,16 +309,17 @@ class RunLedger:
     def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
                waits: dict[str, float], placement: dict[str, Any],
                devices: dict[str, str], gpu_peak_bytes: dict[str, int | None],
-               replay: dict[str, Any] | None = None, run_id: RunId | None = None
-               ) -> dict[str, Any]:
+               weight_transport: str, replay: dict[str, Any] | None = None,
+               run_id: RunId | None = None) -> dict[str, Any]:
         """Save the final policy and finalize the run directory (summary.json last);
-        `gpu_peak_bytes` is each role's allocator peak on its GPU (None off CUDA); `replay`
-        says what a replay run replayed, `run_id` its name (default: the config's)."""
+        `gpu_peak_bytes` is each role's allocator peak on its GPU (None off CUDA);
+        `weight_transport` where the weight slots lived (`none`: one process, no slots);
+        `replay` says what a replay run replayed, `run_id` its name (default: the config's)."""
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
         snapshot = self.snapshot()
         summary = build_summary(snapshot, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
-                                placement=placement,
+                                placement=placement, weight_transport=weight_transport,
                                 load=self.load.summary(self._worker_cpu_s))
         summary["clock"] = self.clock.describe()
         summary["run"] = (run_id or RunId.of(self.cfg, summary["clock"])).to_dict()

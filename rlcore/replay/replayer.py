@@ -390,7 +390,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
             waits={"trainer_data_s": 0.0, "trainer_ratio_s": 0.0, "rollout_throttle_s": 0.0,
                    "rollout_ratio_s": 0.0},
             placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
-            devices={"rollout": device, "trainer": device},
+            devices={"rollout": device, "trainer": device}, weight_transport="none",
             gpu_peak_bytes=dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(replay.device)),
             replay=info, run_id=original.run_id().replayed_under(cfg.train.objective))
     finally:

@@ -37,6 +37,7 @@ from rlcore.runners.asynchronous.trainer import trainer_main
 from rlcore.runners.asynchronous.weight_slots import (
     WeightSlots,
     check_shared_memory,
+    resolve_transport,
     shared_memory_free,
     trainable_spec,
 )
@@ -193,15 +194,17 @@ class Runtime(Lifecycle):
 
     def __init__(self, cfg: RunConfig, vehicle: Vehicle):
         rt = cfg.runtime
-        spec = trainable_spec(cfg.model.path)
-        if vehicle.processes:
-            check_shared_memory(spec, rt.trainer_workers + 1, shared_memory_free())
-        slots = WeightSlots(spec, rt.trainer_workers + 1,
-                            vehicle.locked_array(2 + rt.trainer_workers + 1),
-                            shared=vehicle.processes)
         m = cfg.model
         devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
                    "trainer": resolve_device(m.trainer_device, "trainer")}
+        transport = resolve_transport(rt.weight_transport, devices["rollout"])
+        spec = trainable_spec(cfg.model.path)
+        if vehicle.processes and transport != "device":
+            check_shared_memory(spec, rt.trainer_workers + 1, shared_memory_free())
+        slots = WeightSlots(spec, rt.trainer_workers + 1,
+                            vehicle.locked_array(2 + rt.trainer_workers + 1),
+                            shared=vehicle.processes, transport=transport,
+                            device=devices["rollout"])
         cpus, self.unpinned_reason = placement(rt, devices)
         super().__init__(cfg, vehicle, slots, devices, cpus)
         self.slots: WeightSlots = slots
@@ -280,6 +283,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
             placement={"cpus": {name: list(cpus) for name, cpus in runtime.cpus.items()},
                        "unpinned_reason": runtime.unpinned_reason},
             devices={role: str(d) for role, d in runtime.devices.items()},
+            weight_transport=runtime.slots.transport,
             gpu_peak_bytes=role_peaks(runtime.stopped))
     finally:
         runtime.shutdown()

@@ -8,6 +8,15 @@ Readers copy the current slot under a sequence lock: every slot has a counter th
 while the slot is being written; a reader that sees it odd looks again, and one that sees it
 changed after its copy copies again (`WeightSlots.retries` counts these). So a rollout worker
 never loads a torn state, and never blocks a trainer.
+
+Where the slots live is `runtime.weight_transport` (`resolve_transport`):
+  host    host memory (shared between processes): the only path on CPU;
+  pinned  the same memory, page-locked for CUDA in each process that copies to or from a GPU,
+          so a copy is one fast DMA each way;
+  device  the rollout's GPU: allocated by the runtime before the workers start and passed to
+          them as CUDA IPC handles, so a write or a read is a device-to-device copy.
+A copy that touches a GPU is synchronized before the sequence counter moves (a writer) or is
+compared (a reader), so the counter still says when a copy is whole.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from rlcore.config import ConfigError
 from rlcore.runners.asynchronous.interfaces import LockedArray
 
+TRANSPORTS = ("host", "pinned", "device")
 SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps shared tensors on Linux
 
 
@@ -67,6 +77,27 @@ def trainable_spec(model_dir: str) -> ParamSpec:
     return [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters() if p.requires_grad]
 
 
+def resolve_transport(setting: str, rollout: torch.device) -> str:
+    """`runtime.weight_transport` for a rollout on `rollout`: `auto` is `device` on CUDA and
+    `host` elsewhere; `pinned` and `device` need the rollout on CUDA."""
+    if setting == "auto":
+        return "device" if rollout.type == "cuda" else "host"
+    if setting not in TRANSPORTS:
+        raise ConfigError(f"runtime.weight_transport is {setting!r}; allowed: auto, "
+                          f"{', '.join(TRANSPORTS)}")
+    if setting != "host" and rollout.type != "cuda":
+        raise ConfigError(
+            f"runtime.weight_transport is '{setting}', which moves weights to and from a GPU, "
+            f"but the rollout runs on {rollout}: set runtime.weight_transport: host (or auto)")
+    return setting
+
+
+def _sync(tensors: list[torch.Tensor]) -> None:
+    """Wait for the copies queued on each CUDA device among `tensors` (CPU-only: nothing)."""
+    for dev in {t.device for t in tensors if t.is_cuda}:
+        torch.cuda.synchronize(dev)
+
+
 class WeightSlots:
     """Copies of the trainable state, one current, with lock-free consistent reads.
 
@@ -78,11 +109,21 @@ class WeightSlots:
     server passes at most 256 descriptors to a new process; Qwen2.5-0.5B has 290 tensors.)
     """
 
-    def __init__(self, spec: ParamSpec, n_slots: int, state: LockedArray, shared: bool):
+    def __init__(self, spec: ParamSpec, n_slots: int, state: LockedArray, shared: bool,
+                 transport: str = "host", device: torch.device | None = None):
+        """`shared`: between processes; `transport` (`resolve_transport`) with `device`, the
+        rollout's GPU, for `device`."""
+        if transport == "device" and (device is None or device.type != "cuda"):
+            raise ValueError(f"device weight slots need a CUDA device, not {device}")
+
         def alloc(numel: int, dtype: torch.dtype) -> torch.Tensor:
+            if transport == "device":
+                return torch.empty(numel, dtype=dtype, device=device)
             t = torch.empty(numel, dtype=dtype)
             return t.share_memory_() if shared else t
 
+        self.transport = transport
+        self._registered = False  # pinned: page-locked for CUDA in this process yet
         self.spec = spec
         self.names = [n for n, _, _ in spec]
         sizes: dict[torch.dtype, int] = {}
@@ -119,11 +160,35 @@ class WeightSlots:
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         del state["slots"]  # rebuilt from the buffers, so only those cross to a process
+        state["_registered"] = False  # page-locking is per process
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self.slots = [self._views(b) for b in self._buffers]
+
+    def _pin_for(self, tensors: list[torch.Tensor]) -> None:
+        """pinned: page-lock the buffers in this process before its first copy to or from a
+        GPU (registration is per process, and a process that never copies to a GPU, as the
+        parameter service, never initialises CUDA)."""
+        if self.transport != "pinned" or self._registered or not any(t.is_cuda for t in tensors):
+            return
+        cudart = torch.cuda.cudart()
+        for buffers in self._buffers:
+            for b in buffers.values():
+                err = cudart.cudaHostRegister(b.data_ptr(), b.numel() * b.element_size(), 0)
+                if int(err) != 0:
+                    raise RuntimeError(
+                        f"cudaHostRegister refused the weight slots' shared memory (error "
+                        f"{int(err)}): set runtime.weight_transport: host or device")
+        self._registered = True
+
+    def _copy(self, dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+        """One multi-tensor copy, finished before it returns even where it runs on a GPU."""
+        self._pin_for(src + dst)
+        # non_blocking only from page-locked or device memory; then wait for it below
+        torch._foreach_copy_(dst, src, non_blocking=self.transport != "host")
+        _sync(dst + src)
 
     def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Detached views of `named` in slot order (KeyError names a missing tensor).
@@ -154,7 +219,7 @@ class WeightSlots:
     def write(self, slot: int, tensors: list[torch.Tensor]) -> None:
         """Copy tensors (in `names` order) into a slot the writer owns (its staging slot)."""
         self._bump(slot)
-        torch._foreach_copy_(self.slots[slot], tensors)  # one call, not a loop of small copies
+        self._copy(self.slots[slot], tensors)  # one call, not a loop of small copies
         self._bump(slot)
 
     def read_into(self, tensors: list[torch.Tensor]) -> int:
@@ -166,7 +231,7 @@ class WeightSlots:
             if before % 2:  # unpublished, or a writer is mid-copy: look again
                 time.sleep(0.001)
                 continue
-            torch._foreach_copy_(tensors, self.slots[slot])
+            self._copy(tensors, self.slots[slot])
             with self._lock:
                 if int(self._state[2 + slot]) == before:
                     return version
