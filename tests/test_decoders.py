@@ -15,11 +15,13 @@ from rlcore.config import ConfigError, RunConfig
 from rlcore.policy.decoders import (
     HFDecoder,
     StaticDecoder,
+    cache_keyword,
     resolve_decode,
     static_unsupported,
 )
 from rlcore.policy.generation import generate
-from rlcore.policy.sampler import Draws, cache_keyword, token_uniform
+from rlcore.policy.graphs import GraphDecoder, GraphPool, rows_bucket, span_bucket
+from rlcore.policy.sampler import Draws, token_uniform
 from tests.test_backend import PROMPTS, policy_for
 
 
@@ -88,6 +90,52 @@ class TestStaticDecoderMatchesTransformers:
         advance(decoders, tok)
 
 
+class TestFixedShapeStep:
+    """What `graph` captures, run eagerly on CPU: the step at a bucket's fixed shapes, over
+    every column of the cache under a mask. Its rounding may differ from the reference's,
+    so it is held within 1e-5, not bit for bit."""
+
+    def test_buckets_round_rows_to_powers_of_two_and_columns_to_128(self):
+        assert [rows_bucket(n) for n in (1, 2, 3, 5, 32, 33)] == [1, 2, 4, 8, 32, 64]
+        assert [span_bucket(n) for n in (1, 128, 129)] == [128, 128, 256]
+
+    @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (4, 4)])
+    def test_logits_agree_with_the_reference_in_a_padded_bucket(self, heads: int,
+                                                                 kv_heads: int):
+        model = qwen2(heads, kv_heads)
+        lengths = [3, 7, 5]  # 3 rows in a bucket of 4: one row of padding
+        ids, mask = batch(lengths)
+        kw = cache_keyword(model)
+        ref = HFDecoder(model, ids.clone(), mask.clone(), contextlib.nullcontext, kw)
+        pool = GraphPool(model, contextlib.nullcontext, capture=False)
+        fixed = GraphDecoder(pool, ids, mask, kw, 16)
+        assert torch.equal(ref.refill(), fixed.refill())  # the same eager prefill
+        assert fixed.bucket is not None and fixed.bucket.keys[0].shape[0] == 4
+        g = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            for _ in range(16):
+                tok = torch.randint(3, 50, (3,), generator=g)
+                ref.append(tok)
+                fixed.append(tok)
+                a, b = ref.forward(), fixed.forward()
+                assert a.shape == b.shape
+                assert (a - b).abs().max().item() < 1e-5
+
+    def test_a_second_batch_reuses_the_bucket_and_forgets_the_first(self):
+        model = qwen2(4, 2)
+        pool = GraphPool(model, contextlib.nullcontext, capture=False)
+        kw = cache_keyword(model)
+        outs = []
+        for seed in (1, 5, 1):  # the third batch is the first again, after another
+            ids, mask = batch([4, 6], seed=seed)
+            d = GraphDecoder(pool, ids, mask, kw, 8)
+            d.refill()
+            d.append(torch.tensor([7, 8]))
+            outs.append(d.forward())
+        assert len(pool.buckets) == 1
+        assert torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], outs[1])
+
+
 class TestResolve:
     def test_auto_is_static_for_qwen2_under_sdpa_and_hf_otherwise(self):
         assert resolve_decode("auto", qwen2(4, 2)) == "static"
@@ -98,6 +146,10 @@ class TestResolve:
         assert "eager" in (static_unsupported(qwen2(4, 2, attn="eager")) or "")
         with pytest.raises(ConfigError, match="model.decode: hf"):
             resolve_decode("static", qwen2(4, 2, attn="eager"))
+
+    def test_graph_off_cuda_says_what_to_set(self):
+        with pytest.raises(ConfigError, match="model.decode: static"):
+            resolve_decode("graph", qwen2(4, 2))
 
 
 class TestSampler:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig
-from rlcore.policy.decoders import HFDecoder
-from rlcore.policy.sampler import ChunkedSampler, Draws, cache_keyword
+from rlcore.policy.decoders import HFDecoder, cache_keyword
+from rlcore.policy.sampler import ChunkedSampler, Draws
 from tests.test_backend import PROMPTS, policy_for
 
 

@@ -45,12 +45,13 @@ class ModelConfig:
     attn_implementation: Literal["eager", "sdpa"] = _f(
         "sdpa", "Attention kernel passed to from_pretrained; FlashAttention is deliberately absent."
     )
-    decode: Literal["auto", "hf", "static"] = _f(
+    decode: Literal["auto", "hf", "static", "graph"] = _f(
         "auto",
         "How sampling runs the model a token at a time: hf = transformers' forward with a "
         "growing cache (the reference); static = the same arithmetic over the model's "
         "parameters with a KV cache allocated once, equal to hf bit for bit on CPU (Qwen2 "
-        "models under sdpa); auto = static where it applies, else hf.",
+        "models under sdpa); graph = static at fixed shapes captured as CUDA graphs (CUDA "
+        "only; not bit for bit); auto = static where it applies, else hf.",
     )
     rollout_device: str = _f(
         "auto", "Device of the rollout role: auto (cuda:0 if present, else cpu), cpu, cuda:N.",

@@ -40,7 +40,7 @@ from rlcore.algo.objectives import (
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
-from rlcore.policy.decoders import resolve_decode
+from rlcore.policy.decoders import Decoders
 from rlcore.policy.device import resolve_device
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import ChunkedSampler, Draws, Generation
@@ -162,7 +162,8 @@ class HFPolicy:
         except (OSError, ValueError) as e:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
         self.model.train(False)  # no dropout: sampling and recompute must agree
-        self.decode = resolve_decode(model_cfg.decode, self.model)
+        self.decoders = Decoders(self.model, model_cfg.decode, self.autocast)
+        self.decode = self.decoders.kind
         self.chat = model_cfg.prompt_format == "chat"
         self._encoded: dict[tuple[str | None, str], list[int]] = {}
         self.pad_id = self.tokenizer.pad_token_id

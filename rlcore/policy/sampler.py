@@ -15,26 +15,24 @@ re-derive every draw from the schedule alone (docs/replay.md).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import struct
 from collections.abc import Collection, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Decode, Prefill
-from rlcore.policy.decoders import decoder_for, stop_tensor
+from rlcore.policy.decoders import Decoders, stop_tensor
 
 
 class SamplingPolicy(Protocol):
-    """What the sampler needs of a policy (`HFPolicy` is one): a causal LM and its ids."""
+    """What the sampler needs of a policy (`HFPolicy` is one): its decoders and its ids."""
 
     @property
-    def model(self) -> Any:
-        """A transformers causal LM: called with input ids and a KV cache."""
+    def decoders(self) -> Decoders:
+        """Makes the decoder that runs a batch's forward passes."""
         ...
 
     @property
@@ -46,13 +44,6 @@ class SamplingPolicy(Protocol):
     @property
     def stop_ids(self) -> Collection[int]: ...
 
-    @property
-    def decode(self) -> str:
-        """`hf` or `static` (`rlcore/policy/decoders.py::resolve_decode`)."""
-        ...
-
-    def autocast(self) -> AbstractContextManager[Any]: ...
-
 
 def token_uniform(seed: int, slot: int, attempt: int, position: int) -> float:
     """The uniform in [0, 1) that draws token `position` of `attempt` of sample `slot` in a
@@ -60,18 +51,6 @@ def token_uniform(seed: int, slot: int, attempt: int, position: int) -> float:
     int64s), over 2**53."""
     h = hashlib.blake2b(struct.pack("<4q", seed, slot, attempt, position), digest_size=8)
     return (int.from_bytes(h.digest(), "little") >> 11) / 2**53
-
-
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The keyword under which `model`'s forward takes the KV cache.
-
-    transformers 5.24 renamed `past_key_values` to `cache`: the old name still works there but
-    raises a FutureWarning, and goes in 5.40. Releases 5.0 to 5.23 know only
-    `past_key_values` (there `cache` would land in **kwargs and be ignored). The forward's
-    signature tells which; the deprecation decorator keeps the signature (functools.wraps).
-    """
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -154,8 +133,7 @@ class ChunkedSampler:
         mask = torch.tensor(
             [[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=dev
         )  # [B, width]
-        self.decoder = decoder_for(policy.decode, policy.model, ids, mask, policy.autocast,
-                                   cache_keyword(policy.model), max_new_tokens)
+        self.decoder = policy.decoders.new(ids, mask, max_new_tokens)
         self.stop = stop_tensor(policy.stop_ids, dev)
         self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
         self.steps = 0

@@ -1,0 +1,153 @@
+"""One token through a Qwen2 decoder, op for op as transformers computes it (`decode_step`),
+over the model's own parameters (`Weights`); and the prompt's forward (`prefill`), which is
+transformers' own. The decoders (`decoders.py`, `graphs.py`) run these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812 (torch's own convention)
+from transformers import DynamicCache
+
+
+def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+            cache: DynamicCache, autocast: Callable[[], AbstractContextManager[Any]],
+            cache_kw: str) -> torch.Tensor:
+    """The model's forward over every position, filling `cache`; the last logits [B, V]."""
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad(), autocast():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                    **{cache_kw: cache})
+    return out.logits[:, -1].float()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer's parameters (the model's own tensors, not copies)."""
+
+    norm1: torch.Tensor
+    eps1: float
+    q_w: torch.Tensor
+    q_b: torch.Tensor
+    k_w: torch.Tensor
+    k_b: torch.Tensor
+    v_w: torch.Tensor
+    v_b: torch.Tensor
+    o_w: torch.Tensor
+    norm2: torch.Tensor
+    eps2: float
+    gate_w: torch.Tensor
+    up_w: torch.Tensor
+    down_w: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What `decode_step` reads of a Qwen2ForCausalLM, by reference."""
+
+    embed: torch.Tensor
+    pad_idx: int | None
+    layers: tuple[Layer, ...]
+    norm: torch.Tensor
+    norm_eps: float
+    head: torch.Tensor
+    inv_freq: torch.Tensor
+    rope_scale: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scaling: float
+
+    @classmethod
+    def of(cls, model: Any) -> Weights:
+        base = model.model
+        attn = base.layers[0].self_attn
+        layers = tuple(Layer(
+            layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
+            layer.self_attn.q_proj.weight, layer.self_attn.q_proj.bias,
+            layer.self_attn.k_proj.weight, layer.self_attn.k_proj.bias,
+            layer.self_attn.v_proj.weight, layer.self_attn.v_proj.bias,
+            layer.self_attn.o_proj.weight,
+            layer.post_attention_layernorm.weight,
+            layer.post_attention_layernorm.variance_epsilon,
+            layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight,
+        ) for layer in base.layers)
+        cfg = model.config
+        return cls(base.embed_tokens.weight, base.padding_idx, layers, base.norm.weight,
+                   base.norm.variance_epsilon, model.lm_head.weight,
+                   base.rotary_emb.inv_freq, base.rotary_emb.attention_scaling,
+                   cfg.num_attention_heads, cfg.num_key_value_heads, attn.head_dim,
+                   attn.scaling)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen2RMSNorm's arithmetic, op for op."""
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return weight * x.to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """apply_rotary_pos_emb's arithmetic for one of q and k, op for op."""
+    half = x.shape[-1] // 2
+    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+
+
+def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
+                keys: list[torch.Tensor], values: list[torch.Tensor], t: int | torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+    """One token per row through the model: tok [B, 1] at positions pos [B, 1], written into
+    column t of the caches ([B, kv_heads, T_max, head_dim] each); the logits [B, 1, V].
+
+    With t an int it attends to columns 0..t under `mask` [B, 1, 1, t + 1] (None: every
+    column): transformers' Qwen2 forward for one new token under sdpa, in its order (a
+    padded batch passes a boolean mask and packs the query's head groups onto the key heads;
+    an unpadded one passes no mask and lets sdpa broadcast the key heads). With t a tensor
+    [1] on the device, every shape is fixed (what a CUDA graph needs): it attends to all
+    T_max columns under `mask` [B, 1, 1, T_max], which must hide the columns after t.
+    """
+    if isinstance(t, torch.Tensor) and mask is None:
+        raise ValueError("a fixed-shape step needs the mask that hides the unwritten columns")
+    b = tok.shape[0]
+    x = F.embedding(tok, w.embed, w.pad_idx)  # [B, 1, hidden]
+    freqs = pos[..., None].float() * w.inv_freq.to(device=x.device, dtype=torch.float)
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, 1, head_dim]
+    cos = (emb.cos() * w.rope_scale).to(x.dtype)[:, None]  # [B, 1, 1, head_dim]
+    sin = (emb.sin() * w.rope_scale).to(x.dtype)[:, None]
+    shape = (b, 1, -1, w.head_dim)
+    groups = w.heads // w.kv_heads
+    for i, layer in enumerate(w.layers):
+        h = rms_norm(x, layer.norm1, layer.eps1)
+        q = F.linear(h, layer.q_w, layer.q_b).view(shape).transpose(1, 2)  # [B, H, 1, D]
+        k = F.linear(h, layer.k_w, layer.k_b).view(shape).transpose(1, 2)  # [B, Hkv, 1, D]
+        v = F.linear(h, layer.v_w, layer.v_b).view(shape).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if isinstance(t, torch.Tensor):
+            keys[i].index_copy_(2, t, k)
+            values[i].index_copy_(2, t, v)
+            k_all, v_all = keys[i], values[i]  # [B, Hkv, T_max, D]
+        else:
+            keys[i][:, :, t:t + 1] = k
+            values[i][:, :, t:t + 1] = v
+            k_all, v_all = keys[i][:, :, :t + 1], values[i][:, :, :t + 1]  # [B, Hkv, t+1, D]
+        if mask is None:
+            a = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=None, dropout_p=0.0,
+                                               scale=w.scaling, is_causal=False,
+                                               enable_gqa=groups > 1)
+        else:
+            if groups > 1:
+                q = q.reshape(b, w.kv_heads, groups, w.head_dim)
+            a = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, dropout_p=0.0,
+                                               scale=w.scaling, is_causal=False)
+        a = a.reshape(b, -1, 1, w.head_dim).transpose(1, 2).contiguous()
+        x = x + F.linear(a.reshape(b, 1, -1).contiguous(), layer.o_w)
+        h = rms_norm(x, layer.norm2, layer.eps2)
+        x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w),
+                         layer.down_w)
+    return F.linear(rms_norm(x, w.norm, w.norm_eps), w.head)

@@ -1,0 +1,163 @@
+"""`model.decode: graph`: the static decoder's step at fixed shapes, captured as CUDA graphs.
+
+A decode step of a small model on a GPU is launch-bound: dozens of kernels of a few
+microseconds each, every one launched from Python. Captured once as a CUDA graph (as gpt-fast
+and transformers' static cache with `torch.compile(mode="reduce-overhead")` do), a step is
+one launch. A graph replays fixed addresses and shapes, so what a step reads and writes lives
+in buffers that outlive batches, one set per bucket: the batch padded to a power of two rows,
+the KV cache to a multiple of `SPAN_STEP` columns. A step attends to every column under a
+mask that hides those not yet written (`decode_step.py::decode_step` with a tensor column), so
+its rounding differs from the eager step's; tests/test_cuda.py bounds the difference.
+
+The prompt's forward (`refill`) stays eager, as transformers' own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from rlcore.policy.decode_step import Weights, decode_step, prefill
+
+SPAN_STEP = 128  # the KV cache's columns are a multiple of this: batches share a bucket
+WARMUP = 3  # eager runs on a side stream before a capture (CUDA's lazy initialisation)
+
+
+def rows_bucket(rows: int) -> int:
+    """The batch's rows rounded up to a power of two."""
+    return 1 << max(0, rows - 1).bit_length()
+
+
+def span_bucket(columns: int) -> int:
+    """The KV cache's columns rounded up to a multiple of `SPAN_STEP`."""
+    return -(-columns // SPAN_STEP) * SPAN_STEP
+
+
+class Bucket:
+    """One bucket's buffers and its captured step (`capture`), or none (run eagerly)."""
+
+    def __init__(self, w: Weights, rows: int, span: int, device: torch.device,
+                 dtype: torch.dtype):
+        self.w, self.rows, self.span = w, rows, span
+        shape = (rows, w.kv_heads, span, w.head_dim)
+        # zeros, not empty: a hidden column still meets the values (0 * NaN would be NaN)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in w.layers]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in w.layers]
+        self.mask = torch.zeros(rows, span, dtype=torch.bool, device=device)
+        self.tok = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.col = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph: Any = None
+        self.logits = torch.empty(0)
+
+    def step(self) -> torch.Tensor:
+        """The step on the buffers as they are: logits [rows, 1, V]."""
+        return decode_step(self.w, self.tok, self.pos, self.keys, self.values, self.col,
+                           self.mask[:, None, None, :])
+
+    def capture(self, autocast: Callable[[], AbstractContextManager[Any]]) -> None:
+        """Record the step as a CUDA graph (the buffers' contents do not matter yet)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad(), autocast():
+            for _ in range(WARMUP):
+                self.step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.no_grad(), autocast():
+            self.logits = self.step()
+
+    def run(self, autocast: Callable[[], AbstractContextManager[Any]]) -> torch.Tensor:
+        """One step: the graph replayed, or (uncaptured) the step run eagerly."""
+        if self.graph is not None:
+            self.graph.replay()
+            return self.logits
+        with torch.no_grad(), autocast():
+            return self.step()
+
+
+def graph_autocast(autocast: Callable[[], AbstractContextManager[Any]]
+                   ) -> Callable[[], AbstractContextManager[Any]]:
+    """The policy's autocast without its cast cache, which a captured graph must not use."""
+    probe = autocast()
+    if not isinstance(probe, torch.autocast):
+        return autocast
+    return lambda: torch.autocast(probe.device, dtype=probe.fast_dtype, cache_enabled=False)
+
+
+class GraphPool:
+    """A model's buckets, captured on first use (or run eagerly: `capture=False`, the CPU
+    tests' way to check the fixed-shape arithmetic)."""
+
+    def __init__(self, model: torch.nn.Module, autocast: Callable[[], AbstractContextManager[Any]],
+                 capture: bool = True):
+        self.model, self.capture = model, capture
+        self.autocast = graph_autocast(autocast)
+        self.w = Weights.of(model)
+        self.buckets: dict[tuple[int, int], Bucket] = {}
+
+    def bucket(self, rows: int, columns: int, dtype: torch.dtype) -> Bucket:
+        key = (rows_bucket(rows), span_bucket(columns))
+        b = self.buckets.get(key)
+        if b is None:
+            b = Bucket(self.w, *key, self.w.embed.device, dtype)
+            if self.capture:
+                b.capture(self.autocast)
+            self.buckets[key] = b
+        return b
+
+
+class GraphDecoder:
+    """A batch on a bucket: the prompt's forward eager, each next token the bucket's step."""
+
+    def __init__(self, pool: GraphPool, ids: torch.Tensor, mask: torch.Tensor, cache_kw: str,
+                 max_new_tokens: int):
+        self.pool, self.cache_kw = pool, cache_kw
+        b, width = ids.shape
+        span = width + max_new_tokens
+        self.ids = torch.empty(b, span, dtype=ids.dtype, device=ids.device)
+        self.mask = torch.empty(b, span, dtype=mask.dtype, device=mask.device)
+        self.ids[:, :width], self.mask[:, :width] = ids, mask
+        self.t = width
+        self.ones = mask.sum(-1, keepdim=True)  # [B, 1]: ones in each row's mask
+        self.bucket: Bucket | None = None
+
+    @property
+    def context(self) -> int:
+        return self.t
+
+    def refill(self) -> torch.Tensor:
+        b = self.ids.shape[0]
+        cache = DynamicCache()
+        logits = prefill(self.pool.model, self.ids[:, :self.t], self.mask[:, :self.t], cache,
+                         self.pool.autocast, self.cache_kw)
+        if self.bucket is None:
+            self.bucket = self.pool.bucket(b, self.ids.shape[1], cache.layers[0].keys.dtype)
+        bk = self.bucket
+        for i, layer in enumerate(cache.layers):
+            bk.keys[i][:b, :, :self.t] = layer.keys
+            bk.values[i][:b, :, :self.t] = layer.values
+        bk.mask.zero_()
+        bk.mask[:b, :self.t] = self.mask[:, :self.t].bool()
+        bk.mask[b:, 0] = True  # rows beyond the batch attend to one column: no empty softmax
+        return logits
+
+    def append(self, tok: torch.Tensor) -> None:
+        self.ids[:, self.t] = tok
+        self.mask[:, self.t] = 1
+        self.ones += 1
+        self.t += 1
+
+    def forward(self) -> torch.Tensor:
+        assert self.bucket is not None, "refill comes first"
+        b, t, bk = self.ids.shape[0], self.t - 1, self.bucket
+        bk.tok[:b] = self.ids[:, t:t + 1]
+        bk.pos[:b] = self.ones - 1
+        bk.col.fill_(t)
+        bk.mask[:, t] = True
+        logits = bk.run(self.pool.autocast)
+        return logits[:b, -1].float().clone()  # the bucket's buffer is rewritten next step
