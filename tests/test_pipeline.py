@@ -16,7 +16,14 @@ from rlcore.config import config_from_dict
 from rlcore.config.files import parse_yaml
 from rlcore.errors import ConfigError
 from rlcore.pipeline.checks import check_pipeline
-from rlcore.pipeline.grid import block_priorities, grid_points, replay_points, run_settings
+from rlcore.pipeline.grid import (
+    block_priorities,
+    gpus_named,
+    grid_points,
+    replay_points,
+    run_settings,
+)
+from rlcore.policy.stand_in import build_stand_in
 from rlcore.tasks.reward import check_suite
 from tests.conftest import small_pipeline_config
 
@@ -103,6 +110,38 @@ class TestGrid:
         assert len(replay_points(config)) == len(replay_points(checked(shipped)))
         assert config["claims"] == shipped["claims"]
         assert config["results"] == shipped["results"]
+
+    def test_the_papers_setup_tests_its_claims_on_its_own_runs(self, tmp_path: Path):
+        """config/paper.yaml alone: its claims name arms of its grid (check_pipeline refuses
+        any that do not), and the schema's smallest effects fill in for its metrics."""
+        config = parse_yaml((ROOT / "config" / "paper.yaml").read_text())
+        build_stand_in(tmp_path / "m", "tiny")
+        config["run"]["model"]["path"] = str(tmp_path / "m")
+        config = checked(config)
+        assert {c["id"] for c in config["claims"]} >= {"C1", "C2", "C3", "C4", "C6"}
+        assert {c["metric"] for c in config["claims"]} <= set(config["sesoi"])
+        assert gpus_named(config["run"]["model"]) == 2
+
+    def test_the_gpu_overlay_is_the_papers_setup_reduced_to_one_gpu(self, tmp_path: Path):
+        """config/gpu-smoke.yaml over config/paper.yaml, as Snakemake lays a second
+        --configfile: sync and AReaL-style at K = 2 and 8, one seed, both roles on cuda:0,
+        so that a run job asks for one GPU and `--resources gpu=1` runs the grid."""
+        config = parse_yaml((ROOT / "config" / "paper.yaml").read_text())
+        update_config(config, parse_yaml((ROOT / "config" / "gpu-smoke.yaml").read_text()))
+        build_stand_in(tmp_path / "m", "tiny")
+        config["run"]["model"]["path"] = str(tmp_path / "m")
+        config = checked(config)
+        assert sorted((p["mode"], p["k"], p["seed"]) for p in grid_points(config)) == [
+            ("areal", 2, 0), ("areal", 8, 0), ("sync", 0, 0)]
+        assert gpus_named(config["run"]["model"]) == 1
+        assert config["run"]["train"]["updates"] == 24 and config["claims"]
+
+    @pytest.mark.parametrize(("rollout", "trainer", "gpus"), [
+        ("auto", "auto", 2), ("cuda:0", "cuda:0", 1), ("cuda", "cuda:0", 1),
+        ("cuda:0", "cuda:1", 2), ("cpu", "cpu", 0), ("cpu", "cuda:1", 1)])
+    def test_a_run_holds_the_gpus_its_devices_name(self, rollout: str, trainer: str,
+                                                  gpus: int):
+        assert gpus_named({"rollout_device": rollout, "trainer_device": trainer}) == gpus
 
     def test_a_points_settings_are_run_then_its_preset_then_the_point(self):
         data = small_pipeline_config()

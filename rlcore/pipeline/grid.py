@@ -99,3 +99,21 @@ def run_settings(config: dict[str, Any], point: Point) -> dict[str, Any]:
         "staleness": {"staleness_k": int(point["k"])},
         "train": {"objective": point["objective"]}, "runtime": runtime})
     return config_from_dict(settings).to_dict()
+
+
+# Where `auto` puts each role when GPUs are present (rlcore/policy/device.py::resolve_device):
+# rollout cuda:0, trainer cuda:1, the paper's pair.
+AUTO_GPU = {"rollout_device": "cuda:0", "trainer_device": "cuda:1"}
+
+
+def gpus_named(model: dict[str, Any]) -> int:
+    """How many GPUs a run's `model` section puts its roles on: distinct CUDA devices among
+    the rollout's and the trainer's (`auto` as on a machine with two GPUs, `cpu` none)."""
+    devices = set()
+    for key, auto in AUTO_GPU.items():
+        device = model.get(key, "auto")
+        device = auto if device == "auto" else device
+        if device.startswith("cuda"):
+            devices.add(device if ":" in device else "cuda:0")
+    return len(devices)
+

@@ -22,6 +22,7 @@ from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import (
     block_priorities,
     clock_name,
+    gpus_named,
     grid_points,
     replay_points,
     run_settings,
@@ -115,7 +116,7 @@ def base_input(wildcards):
 
 # What a job holds of the machine (`threads:` and the `gpu` resource of runs and replays). A
 # wall-clock run's times are what it measures, so it holds the machine alone: every core
-# (Snakemake scales a claim above --cores down to it) and both device slots. A virtual run's
+# (Snakemake scales a claim above --cores down to it) and the GPUs its devices name. A virtual run's
 # and a replay's times are a function of their config, and their roles mostly take turns on
 # one core (a virtual run's prefills and updates compute beside the next role), so two of
 # them share the machine.
@@ -129,7 +130,10 @@ def job_threads(wildcards):
 
 
 def job_gpus(wildcards):
-    return 2 if timed_alone(wildcards) else 1
+    """The GPUs the run's devices name (both roles on cuda:0: one, so that --resources
+    gpu=1 runs it); a virtual run or a replay holds at most one."""
+    named = gpus_named(config["run"]["model"])
+    return named if timed_alone(wildcards) else min(1, named)
 
 
 # Wall-clock runs go block by block (rlcore.pipeline.grid.block_priorities: seed 0's runs,
