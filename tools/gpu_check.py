@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""rlcore's CUDA path and the virtual clock checked on one GPU, in two stages (issue #41).
+"""rlcore's CUDA path and the virtual clock checked on one GPU, in three stages.
 
   stage 1  the machine (device, torch, transformers, driver), `pytest -m cuda`, the
            Qwen2.5-0.5B-architecture stand-in built on the machine, and `rlcore smoke` of
            config/paper.yaml in every mode with both roles on the one GPU;
   stage 2  `rlcore calibrate` of the stand-in on the GPU (a profile named after the card),
            then one short config, the paper's preset at K = 2, live and under the
-           virtual clock on that profile, AReaL-style and sync (`rlcore bench --virtual`).
+           virtual clock on that profile, AReaL-style and sync (`rlcore bench --virtual`);
+  stage 3  the runtime at GPU speed: a policy version of the stand-in through each weight
+           transport, the sampler's token under each decoder at batch 4, 32 and 64 against
+           HF generate (rlcore/measure/device_probe.py), and the paper's pipeline on one GPU
+           end to end (config/gpu-smoke.yaml over config/paper.yaml, Snakemake and its
+           report), with each run's seconds, updates/s, tokens/s, weight hand-over and peak
+           GPU memory.
 
 Every step runs as its own process with a time limit, and `gpu_check.json` under --out is
 rewritten after each one, so a step that fails or runs out of time loses nothing that the
@@ -43,9 +49,17 @@ def sizes(size: str) -> dict[str, Any]:
     """How much each step does: the real stand-in on a GPU, or a tiny one for a dry run."""
     if size == "0.5b":
         return {"smoke_updates": 3, "max_new_tokens": 32, "chunk_tokens": 8,
-                "bench_updates": 24, "calibrate_repeats": 2}
+                "bench_updates": 24, "calibrate_repeats": 2, "transport_repeats": 5,
+                "decode_batches": [4, 32, 64], "decode_steps": 32, "overlay": {}}
+    # a dry run on CPU: the overlay's runs on the CPU, short
     return {"smoke_updates": 2, "max_new_tokens": 8, "chunk_tokens": 4,
-            "bench_updates": 4, "calibrate_repeats": 1}
+            "bench_updates": 4, "calibrate_repeats": 1, "transport_repeats": 2,
+            "decode_batches": [4, 8], "decode_steps": 4,
+            "overlay": {"run": {"model": {"rollout_device": "cpu", "trainer_device": "cpu",
+                                          "dtype": "fp32"},
+                                "train": {"updates": 2},
+                                "rollout": {"max_new_tokens": 8},
+                                "eval": {"heldout_tasks": 8}}}}
 
 
 class Check:
@@ -93,8 +107,9 @@ class Check:
             print("\n".join(f"    {line}" for line in tail[-12:]), flush=True)
         return status == "ok"
 
-    def step(self, name: str, cmd: list[str], timeout: float) -> bool:
-        return self.finish(name, self.start(name, cmd), timeout)
+    def step(self, name: str, cmd: list[str], timeout: float,
+             env: dict[str, str] | None = None) -> bool:
+        return self.finish(name, self.start(name, cmd, env), timeout)
 
     def archive(self, stage: str, extra: list[Path]) -> None:
         """The logs and small run records of this stage in one archive under OUT."""
@@ -221,6 +236,73 @@ def stage2(check: Check, args: argparse.Namespace, py: list[str]) -> None:
     check.archive("2", [check.work / f"bench-{x}.json" for x in ("areal", "sync")])
 
 
+OVERLAY = "config/gpu-smoke.yaml"
+STAND_IN_LINK = ROOT / "models" / "qwen2.5-0.5b-stand-in"  # where OVERLAY reads the model
+
+
+def overlay_figures(results: Path) -> dict[str, Any]:
+    """Per run of the overlay: seconds, updates/s, tokens/s, weight hand-over, GPU peaks;
+    and its claims table."""
+    runs = {}
+    for summary in sorted(results.glob("runs/**/summary.json")):
+        s = json.loads(summary.read_text())
+        t, ws = s["time"], s["scheduling"]["weight_sync"]
+        name = str(summary.parent.relative_to(results / "runs"))
+        runs[name] = {"wall_s": t["wall_s"], "job_s": t["job_s"],
+                      "updates_per_s": s["updates"] / t["wall_s"] if t["wall_s"] else 0.0,
+                      "tokens_per_s": s["metrics"]["tokens_per_s"],
+                      "weight_transport": ws.get("transport"),
+                      "weight_per_version_s": ws["per_version_s"],
+                      "gpu_peak_bytes": s["gpu_peak_bytes"]}
+    claims = results / "tables" / "claims.md"
+    return {"runs": runs, "claims_md": claims.read_text() if claims.is_file() else None,
+            "report": (results / "report.html").is_file()}
+
+
+def stage3(check: Check, args: argparse.Namespace, py: list[str]) -> None:
+    env = check.data.get("env") or environment(args.device)
+    check.data["env"] = env
+    n = sizes(args.size)
+    if not args.model.is_dir():
+        check.step("stand_in", build_command(py, args), args.limit_build)
+    probes = {"transport": ["--repeats", str(n["transport_repeats"])],
+              "decode": ["--batches", *map(str, n["decode_batches"]), "--steps",
+                         str(n["decode_steps"]),
+                         "--dtype", "fp16" if args.device.startswith("cuda") else "fp32"]}
+    for probe, extra in probes.items():
+        result = check.work / f"{probe}.json"
+        check.step(probe, [*py, "-m", "rlcore.measure.device_probe", probe, str(args.model),
+                           "--device", args.device, "--out", str(result), *extra],
+                   getattr(args, f"limit_{probe}"))
+        if result.is_file():
+            check.data[probe] = json.loads(result.read_text())
+            check.save()
+    if not STAND_IN_LINK.exists():
+        STAND_IN_LINK.parent.mkdir(exist_ok=True)
+        STAND_IN_LINK.symlink_to(args.model.resolve())
+    results = check.work / "gpu-smoke"
+    local = check.work / "overlay-local.json"  # JSON is YAML: a third config file
+    local.write_text(json.dumps({"results": str(results), **n["overlay"]}))
+    snakemake = [*py, "-m", "snakemake", "--cores", "all", "--resources", "gpu=1",
+                 "--rerun-incomplete", "--configfile", CONFIG, OVERLAY, str(local),
+                 "--replace-workflow-config"]
+    # the jobs call `python` and `rlcore`: this interpreter's, as `make run` puts the venv's
+    # first (where rlcore is not installed, `rlcore` is a shim running `python -m rlcore`)
+    shims = check.work / "bin"
+    shims.mkdir(exist_ok=True)
+    (shims / "rlcore").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rlcore "$@"\n')
+    (shims / "rlcore").chmod(0o755)
+    path = {"PATH": os.pathsep.join([str(shims), str(Path(sys.executable).parent),
+                                     os.environ.get("PATH", "")])}
+    if check.step("overlay", snakemake, args.limit_overlay, path):
+        check.step("overlay_report", [*snakemake, "--report", str(results / "report.html")],
+                   args.limit_report, path)
+    check.data["overlay"] = overlay_figures(results)
+    check.save()
+    check.archive("3", [check.work / "transport.json", check.work / "decode.json",
+                        results / "tables", *results.glob("runs/**/summary.json")])
+
+
 def table(data: dict[str, Any]) -> str:
     """The short table printed last."""
     lines = [f"{k}: {v['status']} ({v['seconds']} s)" for k, v in data["steps"].items()]
@@ -239,6 +321,22 @@ def table(data: dict[str, Any]) -> str:
     if gen:
         lines.append(f"rollout {gen['rollout_tokens_per_s']:.0f} tok/s vs HF generate "
                      f"{gen['hf_generate_tokens_per_s']:.0f} ({gen['ratio_to_hf_generate']:.2f}x)")
+    for transport, t in data.get("transport", {}).get("transports", {}).items():
+        lines.append(f"weights by {transport}: write {t['write_s'] * 1000:.1f} ms, read "
+                     f"{t['read_s'] * 1000:.1f} ms, bit for bit {t['bit_for_bit']}")
+    dec = data.get("decode")
+    if dec:
+        for kind, by_rows in dec["step_s"].items():
+            lines.append(f"decode {kind}: " + ", ".join(
+                f"batch {rows} {s * 1000:.2f} ms" for rows, s in by_rows.items()))
+        lines.append(f"rollout ({dec['best']}) {dec['rollout_tokens_per_s']:.0f} tok/s vs HF "
+                     f"generate {dec['hf_generate_tokens_per_s']:.0f} at batch {dec['batch']} "
+                     f"({dec['ratio_to_hf_generate']:.2f}x)")
+    for name, r in data.get("overlay", {}).get("runs", {}).items():
+        lines.append(f"overlay {name}: {r['wall_s']:.1f} s, {r['updates_per_s']:.3f} upd/s, "
+                     f"{r['tokens_per_s']:.0f} tok/s, weights {r['weight_transport']} "
+                     f"{r['weight_per_version_s'] * 1000:.1f} ms/version, "
+                     f"gpu peak {r['gpu_peak_bytes']}")
     for label, b in data.get("live_vs_virtual", {}).items():
         for cfg, e in b["configs"].items():
             lines.append(
@@ -295,12 +393,13 @@ def main() -> int:
                    help="instead: a derived profile beside a calibrated one, term by term")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpu-check"),
                    help="models, runs and logs (kept between the stages of one machine)")
-    p.add_argument("--stage", choices=["1", "2", "all"], default="all")
+    p.add_argument("--stage", choices=["1", "2", "3", "all"], default="all")
     p.add_argument("--device", default="cuda:0", help="both roles' device")
     p.add_argument("--size", choices=["0.5b", "tiny"], default="0.5b",
                    help="the stand-in: 0.5b on a GPU, tiny for a dry run")
     for step, limit in (("build", 150), ("tests", 180), ("smoke", 200), ("calibrate", 170),
-                        ("bench", 130)):
+                        ("bench", 130), ("transport", 60), ("decode", 90), ("overlay", 240),
+                        ("report", 60)):
         p.add_argument(f"--limit-{step}", type=float, default=limit,
                        help=f"seconds the {step} step may take (default {limit})")
     args = p.parse_args()
@@ -317,6 +416,8 @@ def main() -> int:
         stage1(check, args, py)
     if args.stage in ("2", "all"):
         stage2(check, args, py)
+    if args.stage in ("3", "all"):
+        stage3(check, args, py)
     print("\n" + table(check.data), flush=True)
     return 0
 
