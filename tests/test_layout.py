@@ -12,10 +12,10 @@ from tests.import_graph import PACKAGE, ROOT, import_graph, imported, modules
 LAYERS = (
     "rlcore.errors",
     "rlcore.code_digest",
+    "rlcore.algo",
     "rlcore.config",
     "rlcore.kernels",
     "rlcore.clock",
-    "rlcore.algo",
     "rlcore.tasks",
     "rlcore.policy",
     "rlcore.record",

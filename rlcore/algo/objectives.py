@@ -173,3 +173,48 @@ def a3po_loss(logp: torch.Tensor, behav_logp: torch.Tensor, staleness: torch.Ten
     """Decoupled PPO with the loglinear proximal policy of A-3PO (seed 004): no extra forward."""
     prox = a3po_prox_logp(behav_logp, logp, staleness)
     return decoupled_loss(logp, behav_logp, prox, advantages, mask, clip_eps, kl_coef, corr)
+
+
+# --- the registered objectives (registry.py): one signature, (Inputs, Knobs) -> (loss, stats)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One minibatch as an objective sees it; token tensors are [B, R] with a 0/1 `mask`."""
+
+    logp: torch.Tensor  # the current policy's log-probs (carries the gradient)
+    behav: torch.Tensor  # the behaviour policy's, recorded when the tokens were sampled
+    prox: torch.Tensor | None  # the proximal policy's, recomputed (`needs_prox`), else None
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    staleness: torch.Tensor  # policy versions between each token's sampling and this update
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The train settings a loss may read."""
+
+    clip_eps: float
+    kl_coef: float
+    corr: Correction = NO_CORRECTION
+
+
+def pg(x: Inputs, k: Knobs) -> tuple[torch.Tensor, LossStats]:
+    return pg_loss(x.logp, x.behav, x.advantages, x.mask)
+
+
+def behav_clip(x: Inputs, k: Knobs) -> tuple[torch.Tensor, LossStats]:
+    return behav_clip_loss(x.logp, x.behav, x.advantages, x.mask, k.clip_eps, k.kl_coef,
+                           k.corr)
+
+
+def decoupled(x: Inputs, k: Knobs) -> tuple[torch.Tensor, LossStats]:
+    assert x.prox is not None, "decoupled needs the recomputed proximal log-probs"
+    return decoupled_loss(x.logp, x.behav, x.prox, x.advantages, x.mask, k.clip_eps,
+                          k.kl_coef, k.corr)
+
+
+def a3po(x: Inputs, k: Knobs) -> tuple[torch.Tensor, LossStats]:
+    return a3po_loss(x.logp, x.behav, x.staleness, x.advantages, x.mask, k.clip_eps,
+                     k.kl_coef, k.corr)
+

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlcore.algo import registry as objectives
 from rlcore.config.files import apply_overrides, read_config_file
 from rlcore.config.renamed import RUN_RENAMES, upgrade
 from rlcore.config.run import RunConfig, run_config_schema
@@ -48,15 +49,13 @@ def _validate_semantics(cfg: RunConfig) -> None:
     if cfg.task.min_terms > cfg.task.max_terms:
         raise ConfigError(f"task.min_terms ({cfg.task.min_terms}) is more than task.max_terms "
                           f"({cfg.task.max_terms})")
-    knobs = [k for k in ("clip_eps_high", "dual_clip", "behav_weight_cap")
-             if getattr(t, k) is not None]
-    if t.objective == "pg" and knobs:
-        raise ConfigError(f"train.{knobs[0]} corrects a clipped ratio; train.objective 'pg' "
-                          "has none: choose behav_clip, decoupled or a3po, or unset it")
-    if t.objective == "behav_clip" and t.behav_weight_cap is not None:
-        raise ConfigError("train.behav_weight_cap caps pi_prox/pi_behav, which is 1 for "
-                          "behav_clip (its proximal policy is the behaviour policy): choose "
-                          "decoupled or a3po, or unset it")
+    chosen = objectives.objective(t.objective)
+    for knob in objectives.CORRECTIONS:
+        if getattr(t, knob) is not None and knob not in chosen.corrections:
+            takers = [n for n in objectives.names() if knob in objectives.objective(n).corrections]
+            raise ConfigError(f"train.{knob} corrects a clipped ratio or a behaviour weight, "
+                              f"which train.objective '{t.objective}' does not have: choose "
+                              f"{_either(takers)}, or unset it")
     if t.behav_weight_mode != "mask" and t.behav_weight_cap is None:
         raise ConfigError(f"train.behav_weight_mode '{t.behav_weight_mode}' needs "
                           "train.behav_weight_cap: set the cap, or leave the mode at 'mask'")
@@ -136,3 +135,8 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
 def load_config(path: str | Path, overrides: typing.Iterable[str] = ()) -> RunConfig:
     """Load, override and validate a config file: the one entry point used by the CLI."""
     return config_from_dict(apply_overrides(read_config_file(path), overrides))
+
+
+def _either(names: list[str]) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

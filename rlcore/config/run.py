@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Callable
 from typing import Any, Literal
 
+from rlcore.algo import registry as objectives
 from rlcore.config.schema import reference_markdown, schema_for
 
 __all__ = ["MODES", "RunConfig", "config_reference_markdown", "run_config_schema"]
@@ -23,8 +25,9 @@ Mode = Literal["sync", "async", "areal"]
 MODES: tuple[Mode, ...] = typing.get_args(Mode)
 
 
-def _f(default: Any, help: str, **constraints: Any) -> Any:
-    """A dataclass field with a help line and JSON-Schema constraints (minimum, maximum, ...)."""
+def _f(default: Any, help: str | Callable[[], str], **constraints: Any) -> Any:
+    """A dataclass field with a help line and JSON-Schema constraints (minimum, maximum, ...);
+    a help line or constraint may be a function, called when the schema is built."""
     return dataclasses.field(default=default, metadata={"help": help, **constraints})
 
 
@@ -149,10 +152,8 @@ class TrainConfig:
     minibatches: int = _f(
         1, "Optimizer steps per update batch (one policy version per batch).", minimum=1
     )
-    objective: Literal["pg", "behav_clip", "decoupled", "a3po"] = _f(
-        "pg",
-        "pg: plain policy gradient (paper decoupled_objective=0); behav_clip: clipped ratio vs "
-        "behaviour log-probs + k3 KL (=1); decoupled: AReaL eq. 3; a3po: loglinear proximal.",
+    objective: str = _f(
+        "pg", objectives.described, enum=objectives.names,  # the registry's, when asked
     )
     clip_eps: float = _f(0.2, "PPO clip range epsilon.", exclusiveMinimum=0, maximum=1)
     clip_eps_high: float | None = _f(

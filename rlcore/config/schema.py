@@ -36,11 +36,13 @@ def _type_schema(tp: Any) -> dict[str, Any]:
 
 
 def schema_for(cls: type) -> dict[str, Any]:
-    """JSON Schema of a config dataclass, with each field's help as its description."""
+    """JSON Schema of a config dataclass, with each field's help as its description. A help
+    line or constraint given as a function (a registry's names) is called now."""
     hints = typing.get_type_hints(cls)
     props: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        meta = dict(f.metadata)
+        meta = {k: list(v()) if k == "enum" and callable(v) else v() if callable(v) else v
+                for k, v in f.metadata.items()}
         prop = _type_schema(hints[f.name])
         prop["description"] = meta.pop("help")
         if "anyOf" in prop:  # constraints belong to the non-null branch

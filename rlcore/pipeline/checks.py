@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlcore.algo import registry as objectives
 from rlcore.clock.profile import HARDWARE_DIR, load_profile
 from rlcore.config import config_from_dict
 from rlcore.errors import ConfigError
@@ -68,6 +69,17 @@ def check_grid(config: dict[str, Any]) -> None:
         raise ConfigError(
             "run.runtime.clock is 'virtual': in the pipeline each grid block sets its runs' "
             "clock; remove it from run.runtime and give the blocks clock: virtual:NAME")
+    named = [(f"grid.blocks[{i}].objectives", o) for i, b in enumerate(grid["blocks"])
+             for o in b["objectives"]]
+    if grid.get("replays"):
+        named += [("grid.replays.of.objectives", o) for o in grid["replays"]["of"]["objectives"]]
+        named += [("grid.replays.objectives", o) for o in grid["replays"]["objectives"]]
+    named.append(("figures.trace.objective", figures["trace"]["objective"]))
+    registered = objectives.names()
+    for where, name in named:
+        if name not in registered:
+            raise ConfigError(f"{where} names objective '{name}', which is not registered; "
+                              f"registered: {', '.join(registered)} (docs/extending.md)")
     for i, block in enumerate(grid["blocks"]):
         check_clock(f"grid.blocks[{i}].clock", block["clock"])
         for preset in block["presets"]:

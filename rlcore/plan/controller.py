@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlcore.algo.registry import objective
 from rlcore.algo.staleness import rollout_version, staleness
 from rlcore.clock.work import Handle, Reward
 from rlcore.plan.roles import Plan, PlanTrain
@@ -91,7 +92,8 @@ class PlanController:
         self.p.trainer_qs[trainer].put(PlanTrain(
             batch_id, min(i.rollout_version for i in items),
             update_tokens(lengths, self.cfg.train.minibatches),
-            len(lengths) * max(lengths) if self.cfg.train.objective == "decoupled" else 0))
+            len(lengths) * max(lengths) if objective(self.cfg.train.objective).needs_prox
+            else 0))
 
     def unsettled(self) -> list[int]:
         """Staleness of the accepted samples never trained, at the version they arrived at."""

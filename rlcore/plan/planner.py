@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rlcore.algo.registry import objective
 from rlcore.clock.profile import HardwareProfile, load_profile
 from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
@@ -95,7 +96,7 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         charge(Handle(samples=len(prompts)))
         lengths = [work.prompt_tokens[p.task.prompt] + sampler.length(i)
                    for i, p in enumerate(prompts)]
-        if cfg.train.objective == "decoupled":
+        if objective(cfg.train.objective).needs_prox:
             charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
         charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches)))
         trained += sum(sampler.length(i) for i in range(len(prompts)))

@@ -29,14 +29,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from rlcore.algo.objectives import (
-    Correction,
-    LossStats,
-    a3po_loss,
-    behav_clip_loss,
-    decoupled_loss,
-    pg_loss,
-)
+from rlcore.algo.objectives import Correction, Inputs, Knobs, LossStats
+from rlcore.algo.registry import objective
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
@@ -155,6 +149,8 @@ class HFPolicy:
             model_cfg.trainer_device if role == "trainer" else model_cfg.rollout_device, role
         )
         self.train_cfg = train_cfg
+        self.objective = objective(train_cfg.objective)
+        self.loss = self.objective.loss_fn()
         self.use_fp16 = model_cfg.dtype == "fp16" and self.device.type == "cuda"
         self.tokenizer = load_tokenizer(path)
         try:
@@ -262,21 +258,12 @@ class HFPolicy:
             lp = self._response_logprobs(prompt_ids, response_ids, temperature)
         return [lp[i, : len(r)].tolist() for i, r in enumerate(response_ids)]
 
-    def _objective_loss(self, logp: torch.Tensor, behav: torch.Tensor, prox: torch.Tensor | None,
-                        adv: torch.Tensor, mask: torch.Tensor, staleness: torch.Tensor
-                        ) -> tuple[torch.Tensor, LossStats]:
-        """train.objective on one minibatch; chosen here so objectives.py needs no config."""
+    def _objective_loss(self, x: Inputs) -> tuple[torch.Tensor, LossStats]:
+        """train.objective on one minibatch; its knobs read here so losses need no config."""
         cfg = self.train_cfg
         corr = Correction(cfg.clip_eps_high, cfg.dual_clip, cfg.behav_weight_cap,
                           cfg.behav_weight_mode)
-        if cfg.objective == "pg":
-            return pg_loss(logp, behav, adv, mask)
-        if cfg.objective == "behav_clip":
-            return behav_clip_loss(logp, behav, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
-        if cfg.objective == "decoupled":
-            assert prox is not None, "decoupled needs the recomputed proximal log-probs"
-            return decoupled_loss(logp, behav, prox, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
-        return a3po_loss(logp, behav, staleness, adv, mask, cfg.clip_eps, cfg.kl_coef, corr)
+        return self.loss(x, Knobs(cfg.clip_eps, cfg.kl_coef, corr))
 
     def update(self, batch: TrainBatch, *, temperature: float, current_version: int
                ) -> dict[str, float]:
@@ -284,7 +271,7 @@ class HFPolicy:
         cfg, clock = self.train_cfg, self.clock
         t0 = clock.now()
         prox_all = None
-        if cfg.objective == "decoupled":
+        if self.objective.needs_prox:
             # AReaL eq. 3: the proximal policy is the one before this update's first step.
             prox_all = clock.compute(
                 Prefill(calls=1, tokens=_padded_tokens(batch)),
@@ -319,8 +306,8 @@ class HFPolicy:
             adv = torch.tensor(mb.advantages, dtype=f32, device=dev)[:, None].expand_as(mask)
             versions = pad_right(mb.versions, current_version, f32, dev)
             prox = pad_right([prox_all[i] for i in idx], 0.0, f32, dev) if prox_all else None
-            loss, stats = self._objective_loss(logp, behav, prox, adv, mask,
-                                               (current_version - versions) * mask)
+            loss, stats = self._objective_loss(
+                Inputs(logp, behav, prox, adv, mask, (current_version - versions) * mask))
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()

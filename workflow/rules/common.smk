@@ -16,6 +16,7 @@ from rlcore.code_digest import (
     plan_files,
     runtime_files,
 )
+from rlcore.algo import registry as objectives
 from rlcore.config import MODES, config_from_dict
 from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
@@ -83,8 +84,8 @@ wildcard_constraints:
     mode="|".join(MODES),
     preset="[a-z][a-z0-9_]*",
     k=r"\d+",
-    objective="pg|behav_clip|decoupled|a3po",
-    replayed="pg|behav_clip|decoupled|a3po",
+    objective="|".join(objectives.names()),
+    replayed="|".join(objectives.names()),
     seed=r"\d+",
 
 

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from rlcore.algo import registry as objectives
 from rlcore.analysis.figures.style import (
     LABEL_OFFSET,
     MODE_LABEL,
@@ -129,8 +130,14 @@ def draw_staleness(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
     save(fig, png, svg)
 
 
-OBJECTIVE_COLOR = {"pg": "#1b9e77", "behav_clip": "#7570b3", "decoupled": "#e7298a",
-                   "a3po": "#66a61e"}
+# One colour per objective, in the registry's order (Dark2; a ninth objective repeats one).
+PALETTE = ("#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#d95f02", "#e6ab02", "#a6761d",
+           "#666666")
+
+
+def objective_color(name: str) -> str:
+    names = objectives.names()
+    return PALETTE[names.index(name) % len(PALETTE)] if name in names else PALETTE[-1]
 
 
 def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
@@ -143,7 +150,7 @@ def draw_quality_vs_k(rows: Sequence[Row], png: str | Path, svg: str | Path,
     all_ks: set[int] = set()
     sync_drawn: set[float] = set()
     for i, row in enumerate(table):
-        color = OBJECTIVE_COLOR.get(row["objective"])
+        color = objective_color(row["objective"])
         ks = sorted(int(key[2:].split("/")[0]) for key in row
                     if key.startswith("K=") and key.endswith("/mean")
                     and row[key.replace("/mean", "/n")])
@@ -191,7 +198,7 @@ def draw_quality_vs_k_replayed(table: Sequence[dict], png: str | Path, svg: str 
             ax.errorbar([r["staleness_k"] + dodge for r in cells],
                         [r["replay/mean"] for r in cells],
                         yerr=[r["replay/ci95"] for r in cells], marker="o", capsize=3,
-                        color=OBJECTIVE_COLOR.get(objective), label=label,
+                        color=objective_color(objective), label=label,
                         linestyle=("-", "--", ":")[j % 3])
     ax.set_xticks(ks)
     base = ", ".join(sorted({a[3] for a in arms}))
