@@ -151,3 +151,38 @@ def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
         x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w),
                          layer.down_w)
     return F.linear(rms_norm(x, w.norm, w.norm_eps), w.head)
+
+
+class Tokens:
+    """A batch's sequence so far, in buffers allocated once for its longest: ids and mask
+    [B, width + max_new_tokens], left padded, the first `t` columns written. The decoders
+    that run `decode_step` build on it."""
+
+    def __init__(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
+        b, width = ids.shape
+        span = width + max_new_tokens
+        self.ids = torch.empty(b, span, dtype=ids.dtype, device=ids.device)
+        self.mask = torch.empty(b, span, dtype=mask.dtype, device=mask.device)
+        self.ids[:, :width], self.mask[:, :width] = ids, mask
+        self.t = width
+        self.ones = mask.sum(-1, keepdim=True)  # [B, 1]: ones in each row's mask
+
+    @property
+    def context(self) -> int:
+        return self.t
+
+    def append(self, tok: torch.Tensor) -> None:
+        self.ids[:, self.t] = tok
+        self.mask[:, self.t] = 1
+        self.ones += 1
+        self.t += 1
+
+    def prefill_all(self, model: torch.nn.Module,
+                    autocast: Callable[[], AbstractContextManager[Any]], cache_kw: str
+                    ) -> tuple[torch.Tensor, DynamicCache]:
+        """The model's own forward over the sequence so far: its last logits and cache."""
+        cache = DynamicCache()
+        logits = prefill(model, self.ids[:, :self.t], self.mask[:, :self.t], cache, autocast,
+                         cache_kw)
+        return logits, cache
+

@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from rlcore.config import ConfigError
-from rlcore.policy.decode_step import Weights, decode_step, prefill
+from rlcore.policy.decode_step import Tokens, Weights, decode_step, prefill
 from rlcore.policy.graphs import GraphDecoder, GraphPool
 
 
@@ -130,37 +130,24 @@ class HFDecoder:
         return out.logits[:, -1].float()
 
 
-class StaticDecoder:
+class StaticDecoder(Tokens):
     """The model's own prefill, then `decode_step` on a KV cache allocated once."""
 
     def __init__(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                  autocast: Callable[[], AbstractContextManager[Any]], cache_kw: str,
                  max_new_tokens: int):
+        super().__init__(ids, mask, max_new_tokens)
         self.model, self.autocast, self.cache_kw = model, autocast, cache_kw
         self.w = Weights.of(model)
-        b, width = ids.shape
-        span = width + max_new_tokens
-        dev = ids.device
-        self.ids = torch.empty(b, span, dtype=ids.dtype, device=dev)
-        self.mask = torch.empty(b, span, dtype=mask.dtype, device=dev)
-        self.ids[:, :width], self.mask[:, :width] = ids, mask
-        self.t = width
         self.filled = 0  # columns of the KV cache written
         # transformers passes sdpa no mask where no row is padded (the mask is all ones); the
         # padding is the prompts', fixed for the batch's life
         self.padded = not bool(mask.all())
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        self.ones = mask.sum(-1, keepdim=True)  # [B, 1]: ones in each row's mask
-
-    @property
-    def context(self) -> int:
-        return self.t
 
     def refill(self) -> torch.Tensor:
-        cache = DynamicCache()
-        logits = prefill(self.model, self.ids[:, :self.t], self.mask[:, :self.t], cache,
-                         self.autocast, self.cache_kw)
+        logits, cache = self.prefill_all(self.model, self.autocast, self.cache_kw)
         if not self.keys:
             b, span = self.ids.shape
             like = cache.layers[0].keys
@@ -173,12 +160,6 @@ class StaticDecoder:
             self.values[i][:, :, :self.t] = layer.values
         self.filled = self.t
         return logits
-
-    def append(self, tok: torch.Tensor) -> None:
-        self.ids[:, self.t] = tok
-        self.mask[:, self.t] = 1
-        self.ones += 1
-        self.t += 1
 
     def forward(self) -> torch.Tensor:
         t = self.t - 1  # the column of the last appended token

@@ -19,9 +19,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
-from rlcore.policy.decode_step import Weights, decode_step, prefill
+from rlcore.policy.decode_step import Tokens, Weights, decode_step
 
 SPAN_STEP = 128  # the KV cache's columns are a multiple of this: batches share a bucket
 WARMUP = 3  # eager runs on a side stream before a capture (CUDA's lazy initialisation)
@@ -111,30 +110,18 @@ class GraphPool:
         return b
 
 
-class GraphDecoder:
+class GraphDecoder(Tokens):
     """A batch on a bucket: the prompt's forward eager, each next token the bucket's step."""
 
     def __init__(self, pool: GraphPool, ids: torch.Tensor, mask: torch.Tensor, cache_kw: str,
                  max_new_tokens: int):
+        super().__init__(ids, mask, max_new_tokens)
         self.pool, self.cache_kw = pool, cache_kw
-        b, width = ids.shape
-        span = width + max_new_tokens
-        self.ids = torch.empty(b, span, dtype=ids.dtype, device=ids.device)
-        self.mask = torch.empty(b, span, dtype=mask.dtype, device=mask.device)
-        self.ids[:, :width], self.mask[:, :width] = ids, mask
-        self.t = width
-        self.ones = mask.sum(-1, keepdim=True)  # [B, 1]: ones in each row's mask
         self.bucket: Bucket | None = None
-
-    @property
-    def context(self) -> int:
-        return self.t
 
     def refill(self) -> torch.Tensor:
         b = self.ids.shape[0]
-        cache = DynamicCache()
-        logits = prefill(self.pool.model, self.ids[:, :self.t], self.mask[:, :self.t], cache,
-                         self.pool.autocast, self.cache_kw)
+        logits, cache = self.prefill_all(self.pool.model, self.pool.autocast, self.cache_kw)
         if self.bucket is None:
             self.bucket = self.pool.bucket(b, self.ids.shape[1], cache.layers[0].keys.dtype)
         bk = self.bucket
@@ -145,12 +132,6 @@ class GraphDecoder:
         bk.mask[:b, :self.t] = self.mask[:, :self.t].bool()
         bk.mask[b:, 0] = True  # rows beyond the batch attend to one column: no empty softmax
         return logits
-
-    def append(self, tok: torch.Tensor) -> None:
-        self.ids[:, self.t] = tok
-        self.mask[:, self.t] = 1
-        self.ones += 1
-        self.t += 1
 
     def forward(self) -> torch.Tensor:
         assert self.bucket is not None, "refill comes first"
