@@ -616,3 +616,38 @@ def test_study_overlay_plans_the_full_product(tmp_path: Path):
     # and the default's emulated V100 blocks: 5 arms x 3 seeds
     assert planned_jobs(result).get("run") == 12 + 2 * 3 * 5 * 4 * 3 + 15 == 387
     assert "results/study/tables/table1.csv" in result.stdout
+
+
+# Each shipped pipeline config as its header says to run it: Snakemake's way (--configfile
+# laid over the workflow's config/config.yaml) and `make run CONFIG=...`'s (the files alone,
+# --replace-workflow-config; an overlay after config/config.yaml). The runs each plans.
+SHIPPED = [
+    (("config.yaml",), 32),
+    (("paper.yaml",), 60),
+    (("paper.yaml", "gpu-smoke.yaml"), 3),
+    (("paper-gsm8k.yaml", "gsm8k-sample.yaml"), 60),
+    (("resolve.yaml",), 17 + 26 * 3 + 20 * 2),
+    (("resolve-k2.yaml",), 32 + 23 * 3),
+    (("study.yaml",), 372 + 15),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("files", "runs"), SHIPPED, ids=["+".join(f) for f, _ in SHIPPED])
+def test_each_shipped_config_plans_the_same_both_ways(tmp_path: Path, files: tuple[str, ...],
+                                                      runs: int):
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    shutil.copytree(ROOT / "rlcore" / "tasks" / "data" / "gsm8k",
+                    tmp_path / "rlcore" / "tasks" / "data" / "gsm8k")
+    for name in files:
+        path = yaml.safe_load((ROOT / "config" / name).read_text()).get("run", {}).get(
+            "model", {}).get("path")
+        if path and path != "models/tiny" and not (tmp_path / path).exists():
+            build_stand_in(tmp_path / path, "tiny")
+    given = [f"config/{f}" for f in files]
+    overlay = "presets" not in yaml.safe_load((ROOT / "config" / files[0]).read_text())
+    made = (["config/config.yaml"] if overlay else []) + given
+    for args in (["--configfile", *given], ["--configfile", *made, "--replace-workflow-config"]):
+        result = snakemake(tmp_path, "-n", *args)
+        assert result.returncode == 0, f"{args}: {result.stderr[-1500:]}"
+        assert planned_jobs(result).get("run") == runs, args

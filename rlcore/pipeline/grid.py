@@ -11,7 +11,11 @@ tests call the same functions without Snakemake.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rlcore.config import config_from_dict
 from rlcore.record.identity import WALL_CLOCK, RunId
@@ -116,4 +120,15 @@ def gpus_named(model: dict[str, Any]) -> int:
         if device.startswith("cuda"):
             devices.add(device if ":" in device else "cuda:0")
     return len(devices)
+
+
+def stands_alone(configfiles: Sequence[str | Path], schema: str | Path) -> bool:
+    """The first of the command line's config files is a whole pipeline config: it sets every
+    key the pipeline schema requires (config/paper.yaml does; an overlay such as
+    config/resolve.yaml does not), so the workflow's default config is no base for it."""
+    if not configfiles:
+        return False
+    required = yaml.safe_load(Path(schema).read_text())["required"]
+    first = yaml.safe_load(Path(configfiles[0]).read_text()) or {}
+    return all(key in first for key in required)
 

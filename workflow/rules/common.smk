@@ -1,6 +1,7 @@
 # The config checked once, the grid's points, and the input functions that turn them into
 # paths. The grid and the checks are rlcore.pipeline's (tested without Snakemake); the paths
 # are rlcore.record.identity's patterns, whose fields are the wildcards.
+import copy
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ from rlcore.pipeline.grid import (
     grid_points,
     replay_points,
     run_settings,
+    stands_alone,
 )
 from rlcore.record.identity import (
     FILE_PATTERN,
@@ -35,10 +37,22 @@ from rlcore.record.identity import (
     WALL_CLOCK,
 )
 
+SCHEMA = "../schemas/config.schema.yaml"
+# Snakemake lays --configfile files over config/config.yaml. A file that is a whole pipeline
+# config (it sets every key the schema requires, as config/paper.yaml does) stands alone: the
+# default's keys it leaves out would mix two studies. Then the config is that file, the files
+# after it laid over it, then --config, as `--replace-workflow-config` makes it.
+if stands_alone(
+    workflow.overwrite_configfiles,
+    Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
+):
+    config.clear()
+    config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
+
 # Keys renamed this release are read under their new names, with a message saying so.
 for message in upgrade(config, PIPELINE_RENAMES):
     print(f"rlcore: {message}", file=sys.stderr)
-validate(config, "../schemas/config.schema.yaml")
+validate(config, SCHEMA)
 # The run section resolved in full once (defaults filled in, errors raised before any job
 # starts), so the report's front page shows every value the runs used.
 config["run"] = config_from_dict(config["run"]).to_dict()
