@@ -3,7 +3,8 @@
 Snakemake does not see the modules a job imports, so each rule takes a digest of the code
 its outputs depend on as a parameter, and an edit reruns what it can change. The parts are
 packages, not lists of modules, so a new or moved module is counted without an edit:
-  base      what `rlcore build-base` runs: `config/`, `kernels.py`, `clock/`, `tasks/`,
+  base      what `rlcore build-base` runs: `config/` with the objective registry it reads
+            (`algo/registry.py`, not the losses), `kernels.py`, `clock/`, `tasks/`,
             `policy/` and the command;
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
             the packages that only read finished runs (`analysis/`), measure them
@@ -32,8 +33,8 @@ PACKAGE = "rlcore"
 # packages no run, replay or base-model job imports
 NOT_RUNTIME = ("analysis", "measure", "plan", "launcher", "pipeline")
 # The command and the packages that building the base model imports.
-BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "kernels.py", "config", "clock",
-        "tasks", "policy")
+BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "kernels.py", "algo/__init__.py",
+        "algo/registry.py", "config", "clock", "tasks", "policy")
 
 
 def _package_files(directory: Path) -> list[Path]:
@@ -45,7 +46,8 @@ def base_files(root: Path) -> list[Path]:
     """The files the embedded base model depends on, below the source tree `root`."""
     package = root / PACKAGE
     return [p for p in _package_files(package)
-            if p.relative_to(package).parts[0] in BASE]
+            if p.relative_to(package).parts[0] in BASE
+            or p.relative_to(package).as_posix() in BASE]
 
 
 def runtime_files(root: Path) -> list[Path]:
