@@ -105,3 +105,16 @@ def test_the_layout_page_names_every_package():
     named = set(re.findall(r"`(rlcore/(?:[a-z_]+/)*)`", section))
     assert packages - named == set(), "docs/layout.md omits these packages"
     assert named - packages == set(), "docs/layout.md names packages that do not exist"
+
+
+def test_the_layout_page_names_every_module_in_its_package_row():
+    """Each module of a package is named in that package's row of docs/layout.md."""
+    rows = dict(re.findall(r"^\| `(rlcore/(?:[a-z_]+/)*)` \| (.*)\|\s*$",
+                           (ROOT / "docs" / "layout.md").read_text(), re.MULTILINE))
+    missing = [f"{init.parent.relative_to(ROOT).as_posix()}/{f.name}"
+               for init in sorted(PACKAGE.rglob("__init__.py"))
+               for f in sorted(init.parent.glob("*.py"))
+               if f.name != "__init__.py"
+               and f"`{f.name}`" not in rows.get(init.parent.relative_to(ROOT).as_posix() + "/",
+                                                 "")]
+    assert missing == [], "docs/layout.md: name these modules in their package's row"
