@@ -7,12 +7,13 @@
   stage 2  `rlcore calibrate` of the stand-in on the GPU (a profile named after the card),
            then one short config, the paper's preset at K = 2, live and under the
            virtual clock on that profile, AReaL-style and sync (`rlcore bench --virtual`);
-  stage 3  the runtime at GPU speed: a policy version of the stand-in through each weight
-           transport, the sampler's token under each decoder at batch 4, 32 and 64 against
-           HF generate (rlcore/measure/device_probe.py), and the paper's pipeline on one GPU
-           end to end (config/gpu-smoke.yaml over config/paper.yaml, Snakemake and its
-           report), with each run's seconds, updates/s, tokens/s, weight hand-over and peak
-           GPU memory.
+  stage 3  the runtime at GPU speed: `pytest -m cuda`, a policy version of the stand-in
+           through each weight transport, the sampler's token under each decoder at batch
+           4, 32 and 64 against HF generate (rlcore/measure/device_probe.py), and the
+           paper's pipeline on one GPU end to end (config/gpu-smoke.yaml over
+           config/paper.yaml, Snakemake and its report), with each run's seconds,
+           updates/s, tokens/s, weight hand-over and peak GPU memory. On a machine without
+           a registry, carry the wheels of tools/device_wheels.py.
 
 Every step runs as its own process with a time limit, and `gpu_check.json` under --out is
 rewritten after each one, so a step that fails or runs out of time loses nothing that the
@@ -262,9 +263,16 @@ def overlay_figures(results: Path) -> dict[str, Any]:
 def stage3(check: Check, args: argparse.Namespace, py: list[str]) -> None:
     env = check.data.get("env") or environment(args.device)
     check.data["env"] = env
+    check.save()
     n = sizes(args.size)
+    # `pytest -m cuda` beside the stand-in's build (CPU work), as in stage 1
+    tests = check.start("pytest_cuda", [*py, "-m", "pytest", "-m", "cuda", "-q", "-rs",
+                                        "-p", "no:cacheprovider", "tests/test_cuda.py"])
     if not args.model.is_dir():
         check.step("stand_in", build_command(py, args), args.limit_build)
+    check.finish("pytest_cuda", tests, args.limit_tests)
+    check.data["pytest_cuda"] = pytest_counts(check.work / "logs" / "pytest_cuda.log")
+    check.save()
     probes = {"transport": ["--repeats", str(n["transport_repeats"])],
               "decode": ["--batches", *map(str, n["decode_batches"]), "--steps",
                          str(n["decode_steps"]),
