@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import re
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 
@@ -128,3 +130,39 @@ def test_docs_name_only_files_and_functions_that_exist():
             or "::" in ref}
     broken = sorted(msg for ref in refs if (msg := resolve_reference(ref)))
     assert broken == []
+
+
+def results_page() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("results_page",
+                                                  ROOT / "tools" / "results_page.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_results_page_shows_the_golden_emulated_runs():
+    """docs/results.md is written from a make run whose emulated runs and replays end in the
+    weights tests/golden/virtual_grid.json lists: a change of those results retakes it
+    (`python tools/results_page.py results`)."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    found = re.findall(r"fingerprint\s+`(sha256:[0-9a-f]{64})`", page)
+    assert found == [results_page().golden_fingerprint()], (
+        "docs/results.md is stale: retake it from a fresh make run with "
+        "`python tools/results_page.py results`")
+
+
+def test_the_fingerprint_is_of_names_and_weights_together():
+    fp = results_page().fingerprint
+    assert fp({"a": "sha256:1", "b": "sha256:2"}) == fp({"b": "sha256:2", "a": "sha256:1"})
+    assert fp({"a": "sha256:1", "b": "sha256:2"}) != fp({"a": "sha256:2", "b": "sha256:1"})
+
+
+def test_nothing_points_into_the_notebook():
+    """The dated entries of notebook/ are history: no doc, config or module refers to one."""
+    pointing = [p.relative_to(ROOT).as_posix()
+                for d in ("docs", "config", "rlcore", "workflow", "reports")
+                for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in
+                (".md", ".py", ".yaml", ".smk", ".rst")
+                and "notebook/" in p.read_text(errors="replace").replace("`notebook/`", "")]
+    assert pointing == []

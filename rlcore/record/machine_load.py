@@ -1,9 +1,9 @@
 """Was the machine busy with something else while a run was timed?
 
-Wall-clock metrics (time to threshold, updates/s) move with machine load: one commit's sync
-time to threshold was measured more than a third longer on a busy machine (docs/results.md,
-*Machine load*). A run therefore records the CPU time the whole machine spent (from
-/proc/stat) against the CPU time the run's own processes received, over the measured window.
+Wall-clock metrics (time to threshold, updates/s) move with machine load: a sync run's time to
+threshold has been measured more than a third longer on a busy machine. A run therefore
+records the CPU time the whole machine spent (from /proc/stat) against the CPU time the run's
+own processes received, over the measured window.
 What is left was spent by other processes; more than `CONTENDED_CORES` of it on average flags
 the run's timing as taken under contention. The 1-minute load average is recorded beside it
 for reference only: on runs of seconds it mostly remembers the previous job.

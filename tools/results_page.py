@@ -1,0 +1,138 @@
+"""Write docs/results.md from a finished `make run` of the default grid: its findings, claims
+and tables as they are at this commit, the host they were measured on, and what of them is
+deterministic. Retaken, never edited:
+
+    make run && python tools/results_page.py results
+
+The emulated runs and the replays are a function of the config, so their rows hold on any
+host; the page carries a fingerprint of their final weights, which tests/test_docs.py checks
+against tests/golden/virtual_grid.json, so that a change of those results retakes the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "results.md"
+GOLDEN = ROOT / "tests" / "golden" / "virtual_grid.json"
+WEIGHTS = "policy/model.safetensors"
+TABLES = [  # (file under tables/, heading, what it is)
+    ("findings.md", "Findings", "each claim's verdict on each clock, as the report's front "
+     "page opens"),
+    ("claims.md", "The claims table", "docs/claims.md says how a verdict is reached"),
+    ("table1.md", "Table 1", "every configuration of the grid, mean ± 95 % CI over seeds "
+     "(docs/pipeline.md says how to read it)"),
+    ("k_sweep.md", "The K sweep", "the paper's preset at each K"),
+    ("quality_vs_k.md", "Quality against K", "held-out pass rate per objective (AReaL's "
+     "Table 2), on the emulated V100s"),
+    ("replays.md", "Replays", "each emulated run of the paper's preset trained again under "
+     "other objectives on its own schedule (docs/replay.md)"),
+    ("paper_beside.md", "The paper beside us", "what each claim's source reported"),
+]
+
+
+def fingerprint(digests: dict[str, str]) -> str:
+    """One digest over the final weights of the emulated runs and replays, by name."""
+    lines = "".join(f"{name} {digests[name]}\n" for name in sorted(digests))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def golden_fingerprint() -> str:
+    """The fingerprint tests/golden/virtual_grid.json's weights give."""
+    runs = json.loads(GOLDEN.read_text())["runs"]
+    return fingerprint({name: files[WEIGHTS] for name, files in runs.items()})
+
+
+def measured_fingerprint(results: Path) -> str:
+    """The fingerprint of the same runs and replays under `results`."""
+    names = json.loads(GOLDEN.read_text())["runs"]
+    return fingerprint({name: "sha256:" + hashlib.sha256(
+        (results / name / WEIGHTS).read_bytes()).hexdigest() for name in names})
+
+
+def jobs(results: Path) -> dict[str, list[float]]:
+    """Seconds of each kind of job (time.job_s), from the summaries."""
+    out: dict[str, list[float]] = {"live runs": [], "emulated runs": [], "replays": []}
+    for summary in sorted(results.glob("runs/**/summary.json")):
+        kind = "live runs" if "/runs/wall/" in summary.as_posix() else "emulated runs"
+        out[kind].append(json.loads(summary.read_text())["time"]["job_s"])
+    for summary in sorted(results.glob("replays/**/summary.json")):
+        out["replays"].append(json.loads(summary.read_text())["time"]["job_s"])
+    return out
+
+
+def host(results: Path) -> str:
+    """The CPU and kernels the live runs ran on."""
+    config = next(results.glob("runs/wall/**/config.json"))
+    env = json.loads(config.read_text())["environment"]
+    cpu, kernels = env["cpu"], env["kernels"]
+    return (f"{cpu['vendor']} {cpu['model_name']}, family {cpu['family']}, model "
+            f"{cpu['model']}; flags {', '.join(cpu['flags'])}; {env['cpu_count']} cores; "
+            f"kernels {kernels['setting']} (torch {kernels['torch_cpu_capability']}, MKL "
+            f"{kernels['mkl_cbwr']})")
+
+
+def page(results: Path) -> str:
+    measured = measured_fingerprint(results)
+    if measured != golden_fingerprint():
+        raise SystemExit(f"{results}: the emulated runs' weights are not those of {GOLDEN}: "
+                         "a make run of this commit's default grid is what the page shows")
+    lines = [
+        "# Results of the default grid",
+        "",
+        "What a fresh `make run` of `config/config.yaml` gives at this commit. Retaken, "
+        "never edited: `make run && python tools/results_page.py results`.",
+        "",
+        "- **What holds on any host:** the rows on the emulated 2x V100 "
+        "(`v100x2-qwen0.5b-fp16`) and the replays are a function of the config, bit for bit "
+        "on any x86-64 CPU (docs/reproducibility.md). Their final weights have the "
+        f"fingerprint `{measured}`, that of tests/golden/virtual_grid.json.",
+        "- **What is this host's:** the rows on this machine's clock (`wall`): times, "
+        "throughput, and through them which policy version each sample met. They move "
+        "between hosts and between hours (by up to 40 % in an hour on the hosts seen); "
+        "the claims on this clock are paired by block to take the hour out.",
+        f"- **Host of the live runs:** {host(results)}.",
+        "",
+        "| jobs | count | seconds (sum) | median |",
+        "|---|---|---|---|",
+    ]
+    for kind, seconds in jobs(results).items():
+        if seconds:
+            lines.append(f"| {kind} | {len(seconds)} | {sum(seconds):.0f} | "
+                         f"{statistics.median(seconds):.1f} |")
+    for name, heading, what in TABLES:
+        table = results / "tables" / name
+        if table.is_file():
+            lines += ["", f"## {heading}", "", f"{what[0].upper()}{what[1:]}.", "",
+                      table.read_text().rstrip()]
+    return "\n".join(wrapped(line) for line in lines) + "\n"
+
+
+def wrapped(line: str) -> str:
+    """A prose line wrapped at 92 columns (a bullet's continuation indented); tables as are."""
+    if not line or line.startswith(("|", "#")):
+        return line
+    indent = "  " if line.startswith("- ") else ""
+    return textwrap.fill(line, 92, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", type=Path, help="a finished make run's results directory")
+    p.add_argument("--out", type=Path, default=PAGE)
+    args = p.parse_args(argv)
+    args.out.write_text(page(args.results))
+    print(f"{args.out}: written from {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
