@@ -178,8 +178,7 @@ def _calibrate_arguments(c: argparse.ArgumentParser) -> None:
                         "(a shipped name or a path; default cpu-2core)")
     c.add_argument("--drift", action="store_true",
                    help="with --from-runs: also fit how each role's speed drifts (the profile's "
-                        "`drift`); it over-predicted stale drops on this VM in one hour of two "
-                        "(docs/virtual_clock.md, the sixth validation)")
+                        "`drift`); it over-predicted stale drops on this VM in one hour of two")
     c.add_argument("--out", required=True, help="the profile to write (YAML)")
     c.add_argument("--name", help="the profile's name (default: the file's stem)")
     c.add_argument("--repeats", type=int, default=3, help="timings per size of each term")
