@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.tool_module import load_tool
 
 
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("commit_msg", ROOT / "tools" / "commit_msg.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("commit_msg")
 
 
 def test_a_short_subject_with_a_body_passes():
