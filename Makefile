@@ -3,7 +3,7 @@
 #               where it is
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint (ruff, mypy, snakemake --lint, snakefmt) and
-#               run the test suite (on TEST_WORKERS=2 workers)
+#               run the test suite
 # make check  : while developing: lint and the fast tests (`-m "not slow"`), a few minutes; make
 #               test (what CI runs) is lint and every test
 # make hooks  : for this clone only, refuse commits whose subject is over 72 characters
@@ -40,10 +40,13 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SNAKEMAKE := snakemake --profile workflow/profiles/default \
 	--configfile $(CONFIG) --replace-workflow-config
 
-# The tests run on two workers (pytest-xdist), each test file on one of them, so that a file's
-# session fixtures are built once per worker; TEST_WORKERS=0 runs them in this process.
-TEST_WORKERS ?= 2
-PYTEST_WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# make check runs the fast tier on two pytest-xdist workers, each test file on one of them (so
+# a file's session fixtures are built once per worker). make test, what CI runs, runs every
+# test in one process: under two workers' load the smoke test's process watch was seen to
+# catch a helper between fork and exec. N = 0: one process.
+CHECK_WORKERS ?= 2
+TEST_WORKERS ?= 0
+workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 
 SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
@@ -114,10 +117,10 @@ lint: setup
 	$(BIN)/snakefmt --check Snakefile workflow
 
 test: setup lint
-	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q $(call workers,$(TEST_WORKERS))
 
 check: setup lint
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q -m "not slow" $(call workers,$(CHECK_WORKERS))
 
 check-virtual: setup
 	$(BIN)/python -m tests.virtual_grid check; status=$$?; $(BIN)/python -m rlcore.launcher --stop; \
