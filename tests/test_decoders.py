@@ -166,7 +166,7 @@ class TestSampler:
         for decode in ("hf", "static"):
             policy = policy_for(dataclasses.replace(
                 cfg, model=dataclasses.replace(cfg.model, decode=decode)))
-            assert policy.decode == decode
+            assert policy.decoders.kind == decode
             ids = [policy.encode_prompt(p) for p in PROMPTS * 2]
             s = policy.sampler(ids, max_new_tokens=9, temperature=1.0,
                                draws=Draws(3, [(i, 0) for i in range(len(ids))]))

@@ -159,7 +159,6 @@ class HFPolicy:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
         self.model.train(False)  # no dropout: sampling and recompute must agree
         self.decoders = Decoders(self.model, model_cfg.decode, self.autocast)
-        self.decode = self.decoders.kind
         self.chat = model_cfg.prompt_format == "chat"
         self._encoded: dict[tuple[str | None, str], list[int]] = {}
         self.pad_id = self.tokenizer.pad_token_id
