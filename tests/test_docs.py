@@ -5,13 +5,28 @@ from __future__ import annotations
 import ast
 import json
 import re
+import subprocess
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import numpy as np
+import pytest
 import yaml
+from snakemake.utils import validate
 
-from rlcore.config import MODES, config_from_dict, config_reference_markdown, read_config_file
+from rlcore.config import (
+    MODES,
+    RunConfig,
+    config_from_dict,
+    config_reference_markdown,
+    read_config_file,
+    run_config_schema,
+)
 from rlcore.measure.fidelity import load_split
+from rlcore.pipeline.grid import grid_points, replay_points, wall_points
+from rlcore.record.identity import RunId
+from rlcore.tasks.suites import load_suite
 from tests.tool_module import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,3 +176,190 @@ def test_nothing_points_into_the_notebook():
                 (".md", ".py", ".yaml", ".smk", ".rst")
                 and "notebook/" in p.read_text(errors="replace").replace("`notebook/`", "")]
     assert pointing == []
+
+
+# Docs are reference: each page says what holds at HEAD. What a measurement found, and at
+# which commit, belongs to notebook/ or to docs/results.md, which tools/results_page.py writes.
+
+
+def text_of(doc: Path) -> str:
+    """A doc with its line breaks and indents as single spaces, so that a statement wrapped
+    over lines reads as one."""
+    return re.sub(r"\s+", " ", doc.read_text())
+
+
+def paragraphs(doc: Path) -> list[str]:
+    return [re.sub(r"\s+", " ", p) for p in re.split(r"\n\s*\n", doc.read_text())]
+
+
+def commits_named(tokens: list[str]) -> list[str]:
+    """The tokens that git resolves to a commit of this repository (or to several objects)."""
+    lines = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "--batch-check"], check=True, text=True,
+        capture_output=True, input="".join(t + "^{commit}\n" for t in tokens),
+    ).stdout.splitlines()
+    return [t for t, line in zip(tokens, lines, strict=True) if not line.endswith(" missing")]
+
+
+def test_docs_name_no_commit():
+    """A commit hash in a doc dates it: what held at that commit is history (notebook/), and
+    the page says what holds at HEAD, without one."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: no commits to recognise")
+    named = {doc.relative_to(ROOT).as_posix(): commits_named(
+        sorted(set(re.findall(r"\b[0-9a-f]{7,40}\b", doc.read_text())))) for doc in DOCS}
+    assert not any(named.values()), (
+        f"docs name commits (say what holds at HEAD instead): "
+        f"{ {doc: c for doc, c in named.items() if c} }")
+
+
+def test_docs_carry_no_dates():
+    """A dated statement is a measurement story; a page states what holds, or the command that
+    measures it."""
+    dated = {doc.relative_to(ROOT).as_posix(): found for doc in DOCS
+             if (found := re.findall(r"\b20\d\d-\d\d-\d\d\b", doc.read_text()))}
+    assert dated == {}, f"docs carry dates: {dated}"
+
+
+def test_docs_say_which_default_they_mean():
+    """The run config's defaults (rlcore/config/run.py) and config/config.yaml's settings
+    differ (task.suite arith against chain): "the default config" could be either."""
+    vague = {doc.relative_to(ROOT).as_posix(): found for doc in DOCS
+             if (found := re.findall(r"\bdefault (?:config|settings)\b", text_of(doc), re.I))}
+    assert vague == {}, (
+        f"say `config/config.yaml` or the run config's defaults, not: {vague}")
+
+
+def pipeline_config(overlay: str | None = None) -> dict[str, Any]:
+    """config/config.yaml, with an overlay laid over it, as the Snakefile holds it (the
+    schema's defaults filled in)."""
+    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    if overlay:
+        data = merged(data, yaml.safe_load((ROOT / "config" / overlay).read_text()))
+    validate(data, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+    return data
+
+
+def grid_counts(config: dict[str, Any]) -> dict[str, int]:
+    points = grid_points(config)
+    live = len(wall_points(config))
+    return {"runs": len(points), "live": live, "virtual": len(points) - live,
+            "replays": len(replay_points(config))}
+
+
+# "32 runs", "17 live runs", "15 emulated V100 runs", "17 runs on this machine's clock",
+# "12 replays", and an overlay's "adds 69 emulated runs" (to the default grid's).
+GRID_COUNT = re.compile(
+    r"(?<![\w.=-])(?:(adds) )?(\d+) (?:(live|emulated|virtual|virtual-clock) )?(?:V100 )?"
+    r"(runs|replays)\b( on this machine's clock)?")
+GRID_OVERLAYS = sorted(name for name, base in OVERLAYS.items() if base == "config.yaml")
+
+
+def test_docs_count_the_grids_runs_and_replays():
+    """Every count of runs or replays in a doc is the default grid's, or that of an overlay
+    the same paragraph names (config/study.yaml's 372 live runs)."""
+    counts = {None: grid_counts(pipeline_config())}
+    counts |= {name: grid_counts(pipeline_config(name)) for name in GRID_OVERLAYS}
+    wrong = []
+    for doc in DOCS:
+        if doc.name == "results.md" and doc.parent.name == "docs":
+            continue  # written from the runs it shows (the fingerprint test keeps it current)
+        for paragraph in paragraphs(doc):
+            named = [None, *(name for name in GRID_OVERLAYS
+                             if re.search(rf"(?<![\w-]){re.escape(name)}", paragraph))]
+            for m in GRID_COUNT.finditer(paragraph):
+                adds, stated, clock, kind, here = m.groups()
+                if kind == "runs" and (clock == "live" or here):
+                    kind = "live"
+                elif kind == "runs" and clock:
+                    kind = "virtual"
+                have = {counts[n][kind] - (counts[None][kind] if adds else 0) for n in named}
+                if int(stated) not in have:
+                    wrong.append(f"{doc.relative_to(ROOT)}: '{m.group(0)}', where "
+                                 f"{' or '.join(n or 'config.yaml' for n in named)} "
+                                 f"make {sorted(have)}")
+    assert wrong == [], "docs count runs the grids do not make:\n" + "\n".join(wrong)
+
+
+def test_docs_name_only_runs_the_default_grid_makes():
+    """A run directory a doc names (results/runs/CLOCK/MODE/PRESET/kK/OBJECTIVE/seedN, or a
+    level of it) is one that `make run` writes, so that the example can be run as shown."""
+    runs = [RunId(**p).path().split("/") for p in grid_points(pipeline_config())]
+    levels = {"/".join(run[:i]) for run in runs for i in range(1, len(run) + 1)}
+    named = {(doc.relative_to(ROOT).as_posix(), path) for doc in DOCS
+             for path in re.findall(r"results/runs/([\w.-]+(?:/[\w.-]+)*)", doc.read_text())}
+    unknown = sorted((doc, path) for doc, path in named
+                     if path.rstrip("./") not in levels and path == path.lower())
+    assert unknown == [], f"docs name runs the default grid does not make: {unknown}"
+
+
+# `runtime.threads_per_role` (default 1), `reward.max_harness_errors` (default 0: ...),
+# `claims_budget_min` (default 17: ...), `runtime.kernels: portable`, the default.
+DEFAULT_STATED = (re.compile(r"`([a-z_]+(?:\.[a-z_]+)*)` \(default `?([^`:;,)]+?)`?[:;,)]"),
+                  re.compile(r"`([a-z_]+(?:\.[a-z_]+)*): ([^`]+)`,? the default\b"))
+
+
+def code_default(key: str) -> Any:
+    """A run-config key's default (rlcore/config/run.py), else a pipeline key's (the
+    workflow's schema); KeyError if neither defines one."""
+    node: Any = RunConfig().to_dict()
+    if key.split(".")[0] not in node:
+        node = yaml.safe_load(
+            (ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+        for part in key.split("."):
+            node = node["properties"][part]
+        return node["default"]
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def test_docs_quote_the_code_defaults():
+    """A default a doc quotes ("`key` (default V)", "`key: V`, the default") is the one the
+    code defines."""
+    quoted = {(doc.relative_to(ROOT).as_posix(), key, value) for doc in DOCS
+              for pattern in DEFAULT_STATED for key, value in pattern.findall(text_of(doc))}
+    assert quoted, "the patterns no longer find the defaults the docs quote"
+    wrong = []
+    for doc, key, value in sorted(quoted):
+        try:
+            default = code_default(key)
+        except KeyError:
+            wrong.append(f"{doc}: `{key}` is no key with a default")
+            continue
+        if yaml.safe_load(value) != default:
+            wrong.append(f"{doc}: `{key}` defaults to {default!r}, not {value}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_tasks_page_names_both_defaults_of_the_task_suite():
+    """docs/tasks.md lists every suite, and says which is the run config's default (a config
+    that names none) and which config/config.yaml, and so the pipeline, runs."""
+    page = text_of(ROOT / "docs" / "tasks.md")
+    suites = run_config_schema()["properties"]["task"]["properties"]["suite"]["enum"]
+    table = (ROOT / "docs" / "tasks.md").read_text().split("\n## ", 1)[0]
+    assert sorted(re.findall(r"^\| `(\w+)`", table, re.M)) == sorted(suites)
+    assert re.findall(r"\| `(\w+)` \(the run config's default", page) == [
+        RunConfig().task.suite], "docs/tasks.md should name the run config's default suite"
+    assert re.findall(r"\| `(\w+)` \(config/config.yaml's", page) == [
+        pipeline_config()["run"]["task"]["suite"]], (
+        "docs/tasks.md should name the suite config/config.yaml runs")
+    vague = [(doc.name, m) for doc in DOCS
+             for m in re.findall(rf"`(?:{'|'.join(suites)})` \(the default\)", text_of(doc))]
+    assert vague == [], f"which default? the run config's or config/config.yaml's: {vague}"
+
+
+def test_the_tasks_page_states_the_chain_answer_lengths():
+    """docs/tasks.md's figures of config/config.yaml's chain answers are those of its train
+    split (a response is its answer and the stop token)."""
+    suite = load_suite(config_from_dict(pipeline_config()["run"]).task)
+    chars = np.array([len(t.answer) for t in suite.split("train")])
+    tokens = chars + 1  # the character tokenizer: one token a character, and the stop token
+    stated = re.findall(
+        r"train split are (\d+) to (\d+) characters, so (\d+) to (\d+) tokens with the stop "
+        r"token \(mean ([\d.]+) tokens, 10th/90th percentiles (\d+) and (\d+);",
+        text_of(ROOT / "docs" / "tasks.md"))
+    assert stated == [tuple(str(v) for v in (
+        chars.min(), chars.max(), tokens.min(), tokens.max(), round(float(tokens.mean()), 1),
+        *(int(p) for p in np.percentile(tokens, [10, 90]))))], (
+        "docs/tasks.md's chain answer lengths are stale")
