@@ -1,8 +1,9 @@
-"""docs/extending.md, done: an objective added from outside rlcore is one function and one
-registration, and a run trains with it."""
+"""docs/extending.md, done: an objective or a task suite added from outside rlcore is one
+function (or class) and one registration, and a run trains with it; so does a dataset."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from rlcore.algo.objectives import Inputs, Knobs, LossStats, pg
 from rlcore.algo.registry import Objective, names, objective, register, unregister
 from rlcore.config import ConfigError, config_from_dict
 from rlcore.runners import run_mode
+from rlcore.tasks import registry as suites
+from rlcore.tasks.registry import Suite
+from rlcore.tasks.suites import Task, load_suite
 from tests.conftest import small_config
 
 CALLS: list[float] = []
@@ -72,3 +76,100 @@ def test_names_are_checked_at_registration():
         register(Objective("h2", "h", f"{__name__}:half_pg", corrections=frozenset({"x"})))
     with pytest.raises(ValueError, match="registered already"):
         register(Objective("pg", "another", f"{__name__}:half_pg"))
+
+
+class DoublesSuite:
+    """A toy suite: 'a+a=' answered by 2a, the first three held out."""
+
+    name = "doubles"
+
+    def __init__(self, cfg):
+        tasks = [Task(task_id=f"d{a}", prompt=f"{a}+{a}=", answer=str(2 * a))
+                 for a in range(cfg.max_operand + 1)]
+        self._splits = {"heldout": tasks[:3], "train": tasks[3:]}
+
+    def split(self, name: str) -> list[Task]:
+        return self._splits[name]
+
+
+TOY_SUITE = Suite("doubles", "a+a= (a test)", f"{__name__}:DoublesSuite")
+
+
+@pytest.fixture
+def toy_suite():
+    suites.register(TOY_SUITE)
+    try:
+        yield TOY_SUITE
+    finally:
+        suites.unregister(TOY_SUITE.name)
+
+
+def prompts_trained_on(run_dir: Path) -> set[str]:
+    """The task ids of a finished run's samples."""
+    lines = (run_dir / "samples.jsonl").read_text().splitlines()
+    return {json.loads(line)["task_id"] for line in lines if line}
+
+
+def test_a_registered_suite_is_allowed_and_an_unknown_one_refused(toy_suite: Suite):
+    assert suites.names()[-1] == "doubles"
+    assert config_from_dict({"task": {"suite": "doubles"}}).task.suite == "doubles"
+    with pytest.raises(ConfigError, match="allowed values: arith, chain, jsonl, doubles"):
+        config_from_dict({"task": {"suite": "triples"}})
+
+
+def test_a_generated_suite_refuses_the_settings_of_task_files(toy_suite: Suite):
+    with pytest.raises(ConfigError, match="task.fields applies to task files"):
+        config_from_dict({"task": {"suite": "doubles", "fields": "gsm8k"}})
+
+
+def test_a_suite_that_reads_files_needs_them():
+    files = Suite("files2", "reads files (a test)", f"{__name__}:DoublesSuite",
+                  reads_files=True)
+    suites.register(files)
+    try:
+        with pytest.raises(ConfigError, match="task.suite 'files2' reads task files: set "
+                                              "task.train_path and task.heldout_path"):
+            config_from_dict({"task": {"suite": "files2"}})
+    finally:
+        suites.unregister("files2")
+
+
+def test_a_suite_without_train_tasks_is_refused(toy_suite: Suite):
+    cfg = config_from_dict({"task": {"suite": "doubles", "max_operand": 2}})
+    with pytest.raises(ConfigError, match="task.suite 'doubles' has no train tasks"):
+        load_suite(cfg.task)
+
+
+def test_a_built_in_suite_cannot_be_unregistered():
+    with pytest.raises(ValueError, match="built in"):
+        suites.unregister("chain")
+
+
+@pytest.mark.slow
+def test_a_sync_run_trains_on_a_suite_registered_outside_rlcore(
+        toy_suite: Suite, tiny_model_dir: Path, tmp_path: Path):
+    cfg = config_from_dict(small_config(tiny_model_dir, task={"suite": "doubles"},
+                                        train={"updates": 2}))
+    summary = run_mode(cfg, tmp_path / "run")
+    assert summary["updates"] == 2
+    trained = prompts_trained_on(tmp_path / "run")
+    assert trained and trained <= {f"d{a}" for a in range(3, cfg.task.max_operand + 1)}
+
+
+@pytest.mark.slow
+def test_a_sync_run_trains_on_a_dataset_of_its_own(tiny_model_dir: Path, tmp_path: Path):
+    """docs/extending.md's dataset: two JSONL files under `task.suite: jsonl`."""
+    def write(name: str, numbers: range) -> str:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"id": f"t{n}", "prompt": f"{n}+1=",
+                                            "answer": str(n + 1)}) + "\n" for n in numbers))
+        return str(path)
+
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, train={"updates": 2},
+        task={"suite": "jsonl", "train_path": write("train.jsonl", range(20, 60)),
+              "heldout_path": write("heldout.jsonl", range(0, 20))}))
+    summary = run_mode(cfg, tmp_path / "run")
+    assert summary["updates"] == 2
+    trained = prompts_trained_on(tmp_path / "run")
+    assert trained and trained <= {f"t{n}" for n in range(20, 60)}

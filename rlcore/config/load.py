@@ -17,6 +17,7 @@ from rlcore.config.renamed import RUN_RENAMES, upgrade
 from rlcore.config.run import RunConfig, run_config_schema
 from rlcore.config.schema import validation_errors
 from rlcore.errors import ConfigError
+from rlcore.tasks.registry import SUITES
 
 
 def _validate_semantics(cfg: RunConfig) -> None:
@@ -39,10 +40,13 @@ def _validate_semantics(cfg: RunConfig) -> None:
             f"groups ({smallest} = update_batch_size - group_size + 1) mode '{cfg.mode}' "
             "may train: a minibatch would be empty"
         )
-    if cfg.task.suite == "jsonl" and not (cfg.task.train_path and cfg.task.heldout_path):
-        raise ConfigError("task.suite is 'jsonl': set task.train_path and task.heldout_path")
-    _validate_task_prompts(cfg)
-    if cfg.reward.verifier == "code" and cfg.task.suite != "jsonl":
+    reads_files = SUITES.get(cfg.task.suite).reads_files
+    if reads_files and not (cfg.task.train_path and cfg.task.heldout_path):
+        raise ConfigError(f"task.suite '{cfg.task.suite}' reads task files: set "
+                          "task.train_path and task.heldout_path")
+    _validate_task_prompts(cfg, reads_files)
+    # A generated suite writes answer tasks; code tasks come only from files.
+    if cfg.reward.verifier == "code" and not reads_files:
         raise ConfigError(f"reward.verifier 'code' runs code tasks' tests, and task.suite "
                           f"'{cfg.task.suite}' has none: set reward.verifier to last_integer, "
                           "exact or math, or task.suite to jsonl with code task files")
@@ -66,13 +70,13 @@ def _validate_semantics(cfg: RunConfig) -> None:
         )
 
 
-def _validate_task_prompts(cfg: RunConfig) -> None:
+def _validate_task_prompts(cfg: RunConfig, reads_files: bool) -> None:
     """task.fields, task.prompt_template and task.system_prompt: refused where they would be
     silently ignored, and a template checked here rather than at its first prompt."""
     t = cfg.task
     # The generated suites write their own prompts (arith_form, the chain format); a setting
     # that changed nothing there would mislead the reader of the config.
-    if t.suite != "jsonl":
+    if not reads_files:
         for key, default in (("fields", "rlcore"), ("prompt_template", "{prompt}"),
                              ("system_prompt", None)):
             if getattr(t, key) != default:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from rlcore.algo import registry as objectives
 from rlcore.config.schema import reference_markdown, schema_for
+from rlcore.tasks.registry import SUITES
 
 __all__ = ["MODES", "RunConfig", "config_reference_markdown", "run_config_schema"]
 
@@ -71,10 +72,8 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-    suite: Literal["arith", "chain", "jsonl"] = _f(
-        "arith", "Task suite: generated arithmetic (arith: 'a+b=' answered by the sum; chain: "
-        "sums of several operands answered step by step, 'a+b=c;c+d=e'), or files (jsonl: JSONL "
-        "or Parquet)."
+    suite: str = _f(
+        "arith", lambda: f"Task suite: {SUITES.described()}.", enum=SUITES.names,
     )
     split_seed: int = _f(
         1234, "Seed of task generation and of the train/held-out split (shared by all runs).",

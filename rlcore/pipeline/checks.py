@@ -25,6 +25,7 @@ from rlcore.pipeline.grid import (
 )
 from rlcore.policy.model_dir import missing_model_files
 from rlcore.record.identity import WALL_CLOCK, RunId, parse_arm
+from rlcore.tasks.registry import SUITES
 
 
 def check_pipeline(config: dict[str, Any]) -> None:
@@ -174,6 +175,7 @@ def check_task_files(config: dict[str, Any]) -> None:
         # known here.
         cfg = config_from_dict({k: settings[k] for k in ("model", "task", "reward")
                                 if k in settings})
-        if cfg.task.suite == "jsonl" and (cfg.task, cfg.reward) not in checked:
+        if (SUITES.get(cfg.task.suite).reads_files
+                and (cfg.task, cfg.reward) not in checked):
             check_suite(cfg.task, cfg.reward, golds=False)
             checked.add((cfg.task, cfg.reward))

@@ -43,6 +43,7 @@ from rlcore.errors import HarnessFailed
 from rlcore.tasks.grading import extract_code, run_tests
 from rlcore.tasks.math_verifier import shared_verifier
 from rlcore.tasks.prompts import Prompt
+from rlcore.tasks.registry import SUITES
 from rlcore.tasks.suites import Task, TaskSuite, load_suite
 
 SLOW_VERIFIERS = ("code", "math")  # scored off the caller's path, in RewardPool's threads
@@ -114,7 +115,8 @@ def check_suite(task_cfg: TaskConfig, cfg: RewardConfig, *, golds: bool = True) 
     verifier cannot read stops a run before it trains, not at its eval)."""
     suite = load_suite(task_cfg)
     for split, path in (("train", task_cfg.train_path), ("heldout", task_cfg.heldout_path)):
-        source = path if task_cfg.suite == "jsonl" else f"task.suite '{task_cfg.suite}' ({split})"
+        source = (path if SUITES.get(task_cfg.suite).reads_files
+                  else f"task.suite '{task_cfg.suite}' ({split})")
         check_tasks(suite.split(split), cfg, str(source), golds=golds)
     return suite
 

@@ -32,6 +32,7 @@ import jsonschema
 from rlcore.config import ConfigError, TaskConfig
 from rlcore.tasks.chain import chain_problems, chain_prompt, worked_chain
 from rlcore.tasks.fields import PRESETS, FieldError, FieldPreset, preset_line_schema
+from rlcore.tasks.registry import suite
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,11 @@ class JsonlSuite:
 
 
 def load_suite(cfg: TaskConfig) -> TaskSuite:
-    """The task suite named by the config."""
-    suites: dict[str, type[ArithSuite | ChainSuite | JsonlSuite]] = {
-        "arith": ArithSuite, "chain": ChainSuite, "jsonl": JsonlSuite}
-    return suites[cfg.suite](cfg)
+    """The task suite named by the config (`rlcore.tasks.registry`); a split without tasks
+    is refused here, not met as a prompt stream that never yields."""
+    built: TaskSuite = suite(cfg.suite).load(cfg)
+    for name in ("train", "heldout"):
+        if not built.split(name):
+            raise ConfigError(f"task.suite '{cfg.suite}' has no {name} tasks with these task "
+                              "settings")
+    return built
