@@ -4,8 +4,11 @@
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint (ruff, mypy, snakemake --lint, snakefmt) and
 #               run the test suite
-# make check  : while developing: lint and the fast tests (`-m "not slow"`), a few minutes; make
-#               test (what CI runs) is lint and every test
+# make check  : while developing: lint and the fast tests (`-m "not slow"`), about a minute;
+#               make test (what CI runs) is lint and every test
+# make profile : the default grid's first sync run and an emulated AReaL-style run under
+#               cProfile, cold, 3 times interleaved: start-up, decode step, update
+#               (tools/profile_run.py; needs the base model `make run` builds; ~3 min)
 # make hooks  : for this clone only, refuse commits whose subject is over 72 characters
 #               (.githooks/commit-msg; `make lint` checks the subjects of new commits too)
 # make lock   : refresh requirements.lock, the exact versions `make setup` installs: resolve
@@ -40,19 +43,20 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SNAKEMAKE := snakemake --profile workflow/profiles/default \
 	--configfile $(CONFIG) --replace-workflow-config
 
-# make check runs the fast tier on two pytest-xdist workers, each test file on one of them (so
-# a file's session fixtures are built once per worker). make test, what CI runs, runs every
-# test in one process: under two workers' load the smoke test's process watch was seen to
-# catch a helper between fork and exec. N = 0: one process.
+# make test (what CI runs) and make check (its fast tier) run on two pytest-xdist workers, each
+# test file on one of them (so a file's session fixtures are built once per worker). N = 0:
+# one process.
 CHECK_WORKERS ?= 2
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 workers = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
 
 SMOKE_MODEL ?= models/qwen2.5-0.5b-stand-in
 SMOKE_OUT ?= results/paper-smoke
 GPU_OUT ?= results/gpu-check
+PROFILE_OUT ?= results/profile
 
-.PHONY: setup hooks lock run resume test check lint clean paper-smoke check-virtual gpu-check
+.PHONY: setup hooks lock run resume test check lint clean paper-smoke check-virtual gpu-check \
+	profile
 
 setup: $(STAMP)
 
@@ -129,6 +133,9 @@ check-virtual: setup
 paper-smoke: setup
 	$(BIN)/rlcore smoke config/paper.yaml --stand-in 0.5b --model $(SMOKE_MODEL) --device cpu \
 		--out $(SMOKE_OUT)
+
+profile: setup
+	$(BIN)/python tools/profile_run.py --config $(CONFIG) --out $(PROFILE_OUT)
 
 gpu-check: setup
 	$(BIN)/python tools/gpu_check.py --out $(GPU_OUT) --work $(GPU_OUT)/work

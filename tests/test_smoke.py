@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +24,37 @@ UPDATES = 4  # one more than the batches rollout may start from version 0 (K + 1
 WORKERS = {"forkserver", "param_service", "rollout0", "trainer0"}
 # Short-lived helpers a poll may catch: the run's `git rev-parse HEAD` (environment_info), and
 # multiprocessing's resource tracker. Neither loads torch: a few MiB.
-HELPERS = {"git", "resource_tracker"}
+# A helper may be caught between fork and exec (memory_watch.FORK), e.g. on its way to git.
+HELPERS = {"git", "resource_tracker", memory_watch.FORK}
 STATUS = """Name:\tpython
 VmPeak:\t  123456 kB
 VmHWM:\t    2048 kB
 VmRSS:\t    1024 kB
 Threads:\t4
 """
+
+
+def test_a_child_not_yet_execd_is_labelled_a_fork_and_an_execd_one_by_its_command():
+    forked = subprocess.Popen([sys.executable, "-c", "import os, time\n"
+                               "pid = os.fork()\n"
+                               "if pid == 0: time.sleep(30)\n"
+                               "else: print(pid, flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    execd = subprocess.Popen(["sleep", "30"])
+    child = 0
+    try:
+        assert forked.stdout is not None
+        child = int(forked.stdout.readline())
+        assert memory_watch._label(child) == memory_watch.FORK
+        assert memory_watch._label(forked.pid) not in ("", memory_watch.FORK)
+        assert memory_watch._label(execd.pid) == "sleep"
+    finally:
+        if child:  # never 0: that would signal this process group
+            os.kill(child, signal.SIGKILL)
+        forked.kill()
+        execd.kill()
+        forked.wait()
+        execd.wait()
 
 
 def test_status_fields_are_read_in_bytes():

@@ -71,16 +71,38 @@ def _machine_in_use() -> int | None:
         return None
 
 
+def _cmdline(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        # The command name (field 2) may hold spaces and parentheses: split after its end.
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+FORK = "fork"  # a child not yet exec'd: it is its parent's image, and may become anything
+
+
 def _label(pid: int) -> str:
     """What a process is, from its command line: forkserver or resource tracker helpers of
-    multiprocessing are named as such; anything else by its command name."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
+    multiprocessing are named as such, a child with its parent's command line (forked, not
+    yet exec'd: a helper caught on its way to `git`) as FORK; anything else by its command
+    name."""
+    cmdline = _cmdline(pid)
+    if cmdline is None:
         return f"pid{pid}"
     for helper in ("forkserver", "resource_tracker"):
         if helper in cmdline:
             return helper
+    parent = _parent(pid)
+    if parent is not None and _cmdline(parent) == cmdline:
+        return FORK
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
