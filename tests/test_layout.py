@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from tests.import_graph import PACKAGE, ROOT, import_graph, imported, modules
 
@@ -121,3 +122,31 @@ def test_the_layout_page_names_every_module_in_its_package_row():
                and f"`{f.name}`" not in rows.get(init.parent.relative_to(ROOT).as_posix() + "/",
                                                  "")]
     assert missing == [], "docs/layout.md: name these modules in their package's row"
+
+
+def package_docstrings() -> dict[Path, str]:
+    return {init.parent: ast.get_docstring(ast.parse(init.read_text())) or ""
+            for init in sorted(PACKAGE.rglob("__init__.py"))}
+
+
+def test_every_package_says_what_it_holds():
+    """Each package's docstring says what it is for (docs/layout.md's row is the longer map)."""
+    silent = [str(d.relative_to(ROOT)) for d, doc in package_docstrings().items()
+              if len(doc.split()) < 5]
+    assert silent == [], "give these packages a docstring"
+
+
+def test_a_package_docstrings_module_table_lists_exactly_its_modules():
+    """A docstring that maps its package's modules, one per line (`name.py  what it does`),
+    names each module of the package and none that is gone."""
+    wrong = {}
+    for directory, doc in package_docstrings().items():
+        listed = set(re.findall(r"^\s*([a-z_0-9]+\.py|[a-z_]+/)\s{2,}\S", doc, re.MULTILINE))
+        if not listed:
+            continue
+        present = {f.name for f in directory.glob("*.py") if f.name != "__init__.py"}
+        present |= {f"{d.name}/" for d in directory.iterdir() if (d / "__init__.py").is_file()}
+        if listed != present:
+            wrong[str(directory.relative_to(ROOT))] = {
+                "not listed": sorted(present - listed), "gone": sorted(listed - present)}
+    assert wrong == {}, wrong

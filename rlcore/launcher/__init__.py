@@ -10,6 +10,8 @@ transformers already, so a pipeline job skips its seconds of start-up.
                exits when idle or replaced
   job.py       the forked job: the client's streams, directory, environment, signals; then
                `rlcore.cli.main`, ended as the interpreter would end it
+  __main__.py  `python -m rlcore.launcher`: the client's command line, and the server's
+               `--status` and `--stop`
 
 docs/launcher.md describes it; `RLCORE_LAUNCHER=cold` (pipeline: `launcher: cold`) turns it
 off.

@@ -1,9 +1,11 @@
 """The three matched runners; they differ only in how rollout and training are scheduled.
 
-  sync.py       `sync_train`: generate, reward, update, in turn
-  threaded.py   `async_train`: the asynchronous roles as threads of one process
-  areal.py      `async_areal_style`: the asynchronous roles as separate processes
-  asynchronous/ what the two asynchronous runners share
+  sync.py        `sync_train`: generate, reward, update, in turn
+  threaded.py    `async_train`: the asynchronous roles as threads of one process
+  areal.py       `async_areal_style`: the asynchronous roles as separate processes
+  common.py      what every runner shares besides the ledger: checks, the prompt stream,
+                 training batches
+  asynchronous/  what the two asynchronous runners share
 
 Importing this package loads no torch: a runner's module is imported once `run_mode` knows
 which one the config names.
