@@ -18,10 +18,12 @@ from rlcore.errors import ConfigError
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import (
     block_priorities,
+    check_overlays,
     gpus_named,
     grid_points,
     replay_points,
     run_settings,
+    stands_alone,
 )
 from rlcore.policy.stand_in import build_stand_in
 from rlcore.tasks.reward import check_suite
@@ -266,3 +268,30 @@ class TestChecks:
         with pytest.raises(ConfigError, match="math-verify reads no mathematical expression "
                                               "from the gold answer 'x\\^2\\+'"):
             check_suite(cfg.task, cfg.reward)  # what every run's preflight calls
+
+
+def test_an_overlay_given_without_its_base_is_refused_with_the_command_that_works():
+    smoke = ROOT / "config" / "gpu-smoke.yaml"
+    with pytest.raises(ConfigError, match=r'config/gpu-smoke.yaml is laid over '
+                       r'config/paper.yaml: give that file first, as in `snakemake '
+                       r'--configfile config/paper.yaml config/gpu-smoke.yaml`'):
+        check_overlays([smoke], ROOT, replaced=False)
+    with pytest.raises(ConfigError, match="laid over config/paper.yaml"):
+        check_overlays([ROOT / "config" / "config.yaml", smoke], ROOT, replaced=True)
+
+
+def test_an_overlay_after_its_base_or_over_the_workflows_own_config_is_taken():
+    check_overlays([ROOT / "config" / "paper.yaml", ROOT / "config" / "gpu-smoke.yaml"],
+                   ROOT, replaced=True)
+    check_overlays([ROOT / "config" / "study.yaml"], ROOT, replaced=False)
+    with pytest.raises(ConfigError, match="study.yaml is laid over config/config.yaml"):
+        check_overlays([ROOT / "config" / "study.yaml"], ROOT, replaced=True)
+
+
+def test_every_shipped_overlay_names_its_base():
+    """An overlay (a config file that is no whole pipeline config) says what it lies over."""
+    schema = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        data = parse_yaml(path.read_text())
+        if "grid" in data or "run" in data or "results" in data:  # a pipeline config
+            assert stands_alone([path], schema) or "overlays" in data, path.name

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from rlcore.config import config_from_dict
+from rlcore.errors import ConfigError
 from rlcore.record.identity import WALL_CLOCK, RunId
 
 Point = dict[str, Any]  # clock, mode, preset, k, objective, seed (and replayed, for a replay)
@@ -132,3 +133,21 @@ def stands_alone(configfiles: Sequence[str | Path], schema: str | Path) -> bool:
     first = yaml.safe_load(Path(configfiles[0]).read_text()) or {}
     return all(key in first for key in required)
 
+
+
+def check_overlays(configfiles: Sequence[str | Path], root: Path, *, replaced: bool) -> None:
+    """Refuse an overlay (a config file naming its base in `overlays`) given without that
+    base before it: laid over another config it would plan a study nobody wrote. Below the
+    first file lies the workflow's config/config.yaml, unless `replaced`."""
+    below = [] if replaced else [(root / "config" / "config.yaml").resolve()]
+    for file in configfiles:
+        path = Path(file).resolve()
+        base = (yaml.safe_load(path.read_text()) or {}).get("overlays")
+        if base is not None and (root / base).resolve() not in below:
+            # Named as a user would type it: Snakemake hands the files over as absolute paths.
+            name = (path.relative_to(root.resolve()) if path.is_relative_to(root.resolve())
+                    else path)
+            raise ConfigError(f"{name} is laid over {base}: give that file first, as in "
+                              f"`snakemake --configfile {base} {name}` or "
+                              f"`make run CONFIG=\"{base} {name}\"`")
+        below.append(path)

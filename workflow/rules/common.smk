@@ -23,6 +23,7 @@ from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import (
     block_priorities,
+    check_overlays,
     clock_name,
     gpus_named,
     grid_points,
@@ -42,12 +43,19 @@ SCHEMA = "../schemas/config.schema.yaml"
 # config (it sets every key the schema requires, as config/paper.yaml does) stands alone: the
 # default's keys it leaves out would mix two studies. Then the config is that file, the files
 # after it laid over it, then --config, as `--replace-workflow-config` makes it.
-if stands_alone(
+ALONE = stands_alone(
     workflow.overwrite_configfiles,
     Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
-):
+)
+if ALONE:
     config.clear()
     config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
+# An overlay names the file it is laid over (`overlays`): given without it, stop and say so.
+check_overlays(
+    workflow.overwrite_configfiles,
+    Path(workflow.basedir),
+    replaced=ALONE or workflow.config_settings.replace_workflow_config,
+)
 
 # Keys renamed this release are read under their new names, with a message saying so.
 for message in upgrade(config, PIPELINE_RENAMES):
