@@ -18,7 +18,7 @@ from rlcore.errors import ConfigError
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import (
     block_priorities,
-    check_overlays,
+    config_files,
     gpus_named,
     grid_points,
     replay_points,
@@ -270,22 +270,39 @@ class TestChecks:
             check_suite(cfg.task, cfg.reward)  # what every run's preflight calls
 
 
-def test_an_overlay_given_without_its_base_is_refused_with_the_command_that_works():
-    smoke = ROOT / "config" / "gpu-smoke.yaml"
-    with pytest.raises(ConfigError, match=r'config/gpu-smoke.yaml is laid over '
-                       r'config/paper.yaml: give that file first, as in `snakemake '
-                       r'--configfile config/paper.yaml config/gpu-smoke.yaml`'):
-        check_overlays([smoke], ROOT, replaced=False)
-    with pytest.raises(ConfigError, match="laid over config/paper.yaml"):
-        check_overlays([ROOT / "config" / "config.yaml", smoke], ROOT, replaced=True)
+CONFIG = ROOT / "config"
 
 
-def test_an_overlay_after_its_base_or_over_the_workflows_own_config_is_taken():
-    check_overlays([ROOT / "config" / "paper.yaml", ROOT / "config" / "gpu-smoke.yaml"],
-                   ROOT, replaced=True)
-    check_overlays([ROOT / "config" / "study.yaml"], ROOT, replaced=False)
-    with pytest.raises(ConfigError, match="study.yaml is laid over config/config.yaml"):
-        check_overlays([ROOT / "config" / "study.yaml"], ROOT, replaced=True)
+def test_an_overlay_given_alone_is_laid_over_its_base():
+    files, said = config_files([CONFIG / "gpu-smoke.yaml"], ROOT, replaced=False)
+    assert files == [CONFIG / "paper.yaml", CONFIG / "gpu-smoke.yaml"]
+    assert said == ["config/gpu-smoke.yaml is laid over config/paper.yaml: reading that first"]
+
+
+def test_bases_are_followed_as_a_chain_and_not_laid_twice():
+    chain = [CONFIG / "paper-gsm8k.yaml", CONFIG / "gsm8k-sample.yaml"]
+    assert config_files(chain[1:], ROOT, replaced=True)[0] == chain
+    assert config_files(chain, ROOT, replaced=False) == (chain, [])
+
+
+def test_the_workflow_config_lies_under_an_overlay_of_it_unless_a_whole_config_comes_first():
+    study = CONFIG / "study.yaml"
+    default = [CONFIG / "config.yaml", study]
+    assert config_files([study], ROOT, replaced=False) == (default, [])
+    assert config_files([study], ROOT, replaced=True) == (default, [])  # make run CONFIG=...
+    assert config_files([CONFIG / "paper.yaml"], ROOT, replaced=False) == (
+        [CONFIG / "paper.yaml"], [])
+
+
+def test_an_overlay_cycle_or_a_missing_base_is_refused(tmp_path: Path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "a.yaml").write_text("overlays: config/b.yaml\n")
+    (tmp_path / "config" / "b.yaml").write_text("overlays: config/a.yaml\n")
+    (tmp_path / "config" / "c.yaml").write_text("overlays: config/gone.yaml\n")
+    with pytest.raises(ConfigError, match="a cycle"):
+        config_files([tmp_path / "config" / "a.yaml"], tmp_path, replaced=True)
+    with pytest.raises(ConfigError, match="overlays: config/gone.yaml is no file"):
+        config_files([tmp_path / "config" / "c.yaml"], tmp_path, replaced=True)
 
 
 def test_every_shipped_overlay_names_its_base():

@@ -620,7 +620,8 @@ def test_study_overlay_plans_the_full_product(tmp_path: Path):
 
 # Each shipped pipeline config as its header says to run it: Snakemake's way (--configfile
 # laid over the workflow's config/config.yaml) and `make run CONFIG=...`'s (the files alone,
-# --replace-workflow-config; an overlay after config/config.yaml). The runs each plans.
+# --replace-workflow-config; an overlay after config/config.yaml); and the last file alone
+# both ways, its bases (`overlays`) laid under it by the workflow. The runs each plans.
 SHIPPED = [
     (("config.yaml",), 32),
     (("paper.yaml",), 60),
@@ -647,7 +648,9 @@ def test_each_shipped_config_plans_the_same_both_ways(tmp_path: Path, files: tup
     given = [f"config/{f}" for f in files]
     overlay = "presets" not in yaml.safe_load((ROOT / "config" / files[0]).read_text())
     made = (["config/config.yaml"] if overlay else []) + given
-    for args in (["--configfile", *given], ["--configfile", *made, "--replace-workflow-config"]):
+    for args in (["--configfile", *given], ["--configfile", *made, "--replace-workflow-config"],
+                 ["--configfile", given[-1]],
+                 ["--configfile", given[-1], "--replace-workflow-config"]):
         result = snakemake(tmp_path, "-n", *args)
         assert result.returncode == 0, f"{args}: {result.stderr[-1500:]}"
         assert planned_jobs(result).get("run") == runs, args

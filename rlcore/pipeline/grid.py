@@ -134,20 +134,49 @@ def stands_alone(configfiles: Sequence[str | Path], schema: str | Path) -> bool:
     return all(key in first for key in required)
 
 
+def _base_of(path: Path, root: Path) -> Path | None:
+    """The file an overlay names in `overlays` (relative to `root`), or None."""
+    base = (yaml.safe_load(path.read_text()) or {}).get("overlays")
+    if base is None:
+        return None
+    resolved = (root / base).resolve()
+    if not resolved.is_file():
+        raise ConfigError(f"{path}: overlays: {base} is no file under {root}")
+    return resolved
 
-def check_overlays(configfiles: Sequence[str | Path], root: Path, *, replaced: bool) -> None:
-    """Refuse an overlay (a config file naming its base in `overlays`) given without that
-    base before it: laid over another config it would plan a study nobody wrote. Below the
-    first file lies the workflow's config/config.yaml, unless `replaced`."""
-    below = [] if replaced else [(root / "config" / "config.yaml").resolve()]
+
+def config_files(configfiles: Sequence[str | Path], root: Path, *, replaced: bool
+                 ) -> tuple[list[Path], list[str]]:
+    """The files a pipeline config is built from, in the order they are laid over each
+    other, and a line for each base laid under an overlay that came without it.
+
+    Each overlay's base (`overlays`, followed as a chain) goes before it unless already
+    there; below the first file lies the workflow's config/config.yaml, unless `replaced`
+    or that file is a whole pipeline config (`stands_alone`), whose keys it would mix."""
+    default = (root / "config" / "config.yaml").resolve()
+    schema = root / "workflow" / "schemas" / "config.schema.yaml"
+    files: list[Path] = []
+    added: list[str] = []
+
+    def lay(path: Path, chain: tuple[Path, ...]) -> None:
+        if path in chain:
+            raise ConfigError(f"overlays: a cycle: {' over '.join(map(str, chain + (path,)))}")
+        base = _base_of(path, root)
+        if base is not None and base not in files:
+            lay(base, (*chain, path))
+            if base != default:  # the default lies under an overlay given alone anyway
+                added.append(f"{_shown(path, root)} is laid over {_shown(base, root)}: "
+                             "reading that first")
+        files.append(path)
+
     for file in configfiles:
-        path = Path(file).resolve()
-        base = (yaml.safe_load(path.read_text()) or {}).get("overlays")
-        if base is not None and (root / base).resolve() not in below:
-            # Named as a user would type it: Snakemake hands the files over as absolute paths.
-            name = (path.relative_to(root.resolve()) if path.is_relative_to(root.resolve())
-                    else path)
-            raise ConfigError(f"{name} is laid over {base}: give that file first, as in "
-                              f"`snakemake --configfile {base} {name}` or "
-                              f"`make run CONFIG=\"{base} {name}\"`")
-        below.append(path)
+        lay(Path(file).resolve(), ())
+    if files and not replaced and default not in files and not stands_alone(files, schema):
+        files.insert(0, default)
+    return files, added
+
+
+def _shown(path: Path, root: Path) -> str:
+    """A path as a user would type it, from the workflow's directory."""
+    root = root.resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)

@@ -1,12 +1,12 @@
 # The config checked once, the grid's points, and the input functions that turn them into
 # paths. The grid and the checks are rlcore.pipeline's (tested without Snakemake); the paths
 # are rlcore.record.identity's patterns, whose fields are the wildcards.
-import copy
 import json
 import os
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.utils import validate
 
 from rlcore.clock.profile import load_profile, profile_path
@@ -23,13 +23,13 @@ from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import (
     block_priorities,
-    check_overlays,
     clock_name,
+    config_files,
     gpus_named,
     grid_points,
     replay_points,
+    merge,
     run_settings,
-    stands_alone,
 )
 from rlcore.record.identity import (
     FILE_PATTERN,
@@ -39,23 +39,23 @@ from rlcore.record.identity import (
 )
 
 SCHEMA = "../schemas/config.schema.yaml"
-# Snakemake lays --configfile files over config/config.yaml. A file that is a whole pipeline
-# config (it sets every key the schema requires, as config/paper.yaml does) stands alone: the
-# default's keys it leaves out would mix two studies. Then the config is that file, the files
-# after it laid over it, then --config, as `--replace-workflow-config` makes it.
-ALONE = stands_alone(
-    workflow.overwrite_configfiles,
-    Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
-)
-if ALONE:
+# Snakemake lays --configfile files over config/config.yaml. The config is built again from
+# the files `config_files` names: an overlay's base (`overlays`) laid under it where it came
+# without it, and no config/config.yaml under a whole pipeline config (config/paper.yaml),
+# whose keys it would mix with another study's; then --config, as Snakemake has it.
+if workflow.overwrite_configfiles:
+    FILES, ADDED = config_files(
+        workflow.overwrite_configfiles,
+        Path(workflow.basedir),
+        replaced=workflow.config_settings.replace_workflow_config,
+    )
+    for line in ADDED:
+        print(f"rlcore: {line}", file=sys.stderr)
+    BUILT = {}
+    for file in FILES:
+        BUILT = merge(BUILT, yaml.safe_load(file.read_text()) or {})
     config.clear()
-    config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
-# An overlay names the file it is laid over (`overlays`): given without it, stop and say so.
-check_overlays(
-    workflow.overwrite_configfiles,
-    Path(workflow.basedir),
-    replaced=ALONE or workflow.config_settings.replace_workflow_config,
-)
+    config.update(merge(BUILT, dict(workflow.config_settings.config)))
 
 # Keys renamed this release are read under their new names, with a message saying so.
 for message in upgrade(config, PIPELINE_RENAMES):
