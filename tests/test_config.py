@@ -434,6 +434,29 @@ class TestSchema:
         assert load_config(path).train.updates == 3
         assert read_run_config(path)[1] == f"{path}: running its 'run:' section"
 
+    def test_an_overlay_runs_its_run_section_over_its_bases(self, tmp_path: Path) -> None:
+        (tmp_path / "base.yaml").write_text("run: {seed: 5, train: {updates: 3, lr: 0.1}}\n")
+        (tmp_path / "mid.yaml").write_text("overlays: base.yaml\nrun: {train: {lr: 0.2}}\n")
+        (tmp_path / "top.yaml").write_text("overlays: mid.yaml\ngrid: {seeds: [0]}\n")
+        assert read_config_file(tmp_path / "mid.yaml") == {
+            "seed": 5, "train": {"updates": 3, "lr": 0.2}}
+        assert read_config_file(tmp_path / "top.yaml") == read_config_file(tmp_path / "mid.yaml")
+        assert read_run_config(tmp_path / "mid.yaml")[1] == (
+            f"{tmp_path / 'mid.yaml'}: running its 'run:' section laid over that of base.yaml")
+
+    def test_an_overlay_cycle_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "a.yaml").write_text("overlays: b.yaml\n")
+        (tmp_path / "b.yaml").write_text("overlays: a.yaml\n")
+        with pytest.raises(ConfigError, match="overlays: a cycle"):
+            read_config_file(tmp_path / "a.yaml")
+
+    def test_the_shipped_gsm8k_overlay_runs_the_papers_model_on_gsm8k(self) -> None:
+        config = Path(__file__).resolve().parent.parent / "config"
+        cfg = config_from_dict(read_config_file(config / "paper-gsm8k.yaml"))
+        paper = config_from_dict(read_config_file(config / "paper.yaml"))
+        assert (cfg.task.suite, cfg.reward.verifier) == ("jsonl", "math")
+        assert cfg.model == paper.model and cfg.train == paper.train
+
     def test_a_run_key_beside_the_run_section_is_refused_not_lost(self, tmp_path: Path) -> None:
         path = tmp_path / "mixed.yaml"
         path.write_text("run: {mode: sync}\nseed: 3\n")

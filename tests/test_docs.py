@@ -23,6 +23,7 @@ from rlcore.config import (
     read_config_file,
     run_config_schema,
 )
+from rlcore.config.files import merge
 from rlcore.measure.fidelity import load_split
 from rlcore.pipeline.grid import grid_points, replay_points, wall_points
 from rlcore.record.identity import RunId
@@ -65,15 +66,9 @@ def test_config_readme_explains_every_pipeline_key():
     assert not missing, f"config/README.md does not explain pipeline keys {missing}"
 
 
-# Overlays, laid over another config file as Snakemake merges them (nested keys merged).
-OVERLAYS = {"study.yaml": "config.yaml", "resolve.yaml": "config.yaml",
-            "resolve-k2.yaml": "config.yaml",
-            "gsm8k-sample.yaml": "paper-gsm8k.yaml"}
-
-
-def merged(base: dict, overlay: dict) -> dict:
-    return {**base, **{k: merged(base[k], v) if isinstance(v, dict) and isinstance(
-        base.get(k), dict) else v for k, v in overlay.items()}}
+# Overlays by the base each names (`overlays`), laid over it as Snakemake merges them.
+OVERLAYS = {path.name: base for path in sorted((ROOT / "config").glob("*.yaml"))
+            if (base := (yaml.safe_load(path.read_text()) or {}).get("overlays"))}
 
 
 def test_shipped_configs_validate(monkeypatch):
@@ -82,12 +77,10 @@ def test_shipped_configs_validate(monkeypatch):
         data = yaml.safe_load(path.read_text())
         if path.name == "fidelity.yaml":
             load_split(path)
-        elif path.name in OVERLAYS:
-            base = yaml.safe_load((ROOT / "config" / OVERLAYS[path.name]).read_text())
-            config_from_dict(merged(base, data)["run"])
         else:
-            assert "run" in data or "grid" not in data, f"{path}: an overlay? name it in OVERLAYS"
-            config_from_dict(read_config_file(path))
+            assert "run" in data or "grid" not in data or path.name in OVERLAYS, (
+                f"{path}: an overlay? name its base in `overlays:`")
+            config_from_dict(read_config_file(path))  # an overlay's run: over its base's
 
 
 def test_summary_schema_is_shared_with_the_workflow():
@@ -235,7 +228,7 @@ def pipeline_config(overlay: str | None = None) -> dict[str, Any]:
     schema's defaults filled in)."""
     data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     if overlay:
-        data = merged(data, yaml.safe_load((ROOT / "config" / overlay).read_text()))
+        data = merge(data, yaml.safe_load((ROOT / "config" / overlay).read_text()))
     validate(data, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
     return data
 

@@ -280,8 +280,8 @@ def test_an_overlay_given_alone_is_laid_over_its_base():
 
 
 def test_bases_are_followed_as_a_chain_and_not_laid_twice():
-    chain = [CONFIG / "paper-gsm8k.yaml", CONFIG / "gsm8k-sample.yaml"]
-    assert config_files(chain[1:], ROOT, replaced=True)[0] == chain
+    chain = [CONFIG / "paper.yaml", CONFIG / "paper-gsm8k.yaml", CONFIG / "gsm8k-sample.yaml"]
+    assert config_files(chain[2:], ROOT, replaced=True)[0] == chain
     assert config_files(chain, ROOT, replaced=False) == (chain, [])
 
 
@@ -296,12 +296,12 @@ def test_the_workflow_config_lies_under_an_overlay_of_it_unless_a_whole_config_c
 
 def test_an_overlay_cycle_or_a_missing_base_is_refused(tmp_path: Path):
     (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "a.yaml").write_text("overlays: config/b.yaml\n")
-    (tmp_path / "config" / "b.yaml").write_text("overlays: config/a.yaml\n")
-    (tmp_path / "config" / "c.yaml").write_text("overlays: config/gone.yaml\n")
+    (tmp_path / "config" / "a.yaml").write_text("overlays: b.yaml\n")
+    (tmp_path / "config" / "b.yaml").write_text("overlays: a.yaml\n")
+    (tmp_path / "config" / "c.yaml").write_text("overlays: gone.yaml\n")
     with pytest.raises(ConfigError, match="a cycle"):
         config_files([tmp_path / "config" / "a.yaml"], tmp_path, replaced=True)
-    with pytest.raises(ConfigError, match="overlays: config/gone.yaml is no file"):
+    with pytest.raises(ConfigError, match="overlays: gone.yaml is no file beside it"):
         config_files([tmp_path / "config" / "c.yaml"], tmp_path, replaced=True)
 
 

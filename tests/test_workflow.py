@@ -21,6 +21,7 @@ import yaml
 from rlcore.analysis.prompts import run_short_bias
 from rlcore.analysis.tables import read_runs
 from rlcore.clock.profile import HARDWARE_DIR, profile_path
+from rlcore.config import read_config_file
 from rlcore.policy.stand_in import build_stand_in
 from rlcore.record.identity import RunId
 from tests.conftest import small_pipeline_config
@@ -574,10 +575,10 @@ def test_paper_gsm8k_config_plans_against_the_shipped_sample(tmp_path: Path):
     """config/paper-gsm8k.yaml with config/gsm8k-sample.yaml laid over it, as its header
     says: the paper's grid is planned on the shipped GSM8K-format sample, each run judged by
     math-verify; without the overlay, the missing download is named before any job."""
-    data = yaml.safe_load((ROOT / "config" / "paper-gsm8k.yaml").read_text())
+    data = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())  # laid under it
     build_stand_in(tmp_path / data["run"]["model"]["path"], "tiny")
     (tmp_path / "config").mkdir()
-    for name in ("paper-gsm8k.yaml", "gsm8k-sample.yaml"):
+    for name in ("paper.yaml", "paper-gsm8k.yaml", "gsm8k-sample.yaml"):
         shutil.copy(ROOT / "config" / name, tmp_path / "config" / name)
     shutil.copytree(ROOT / "rlcore" / "tasks" / "data" / "gsm8k",
                     tmp_path / "rlcore" / "tasks" / "data" / "gsm8k")
@@ -641,13 +642,14 @@ def test_each_shipped_config_plans_the_same_both_ways(tmp_path: Path, files: tup
     shutil.copytree(ROOT / "rlcore" / "tasks" / "data" / "gsm8k",
                     tmp_path / "rlcore" / "tasks" / "data" / "gsm8k")
     for name in files:
-        path = yaml.safe_load((ROOT / "config" / name).read_text()).get("run", {}).get(
-            "model", {}).get("path")
+        # the model its run section names, an overlay's laid over its base's
+        path = read_config_file(ROOT / "config" / name).get("model", {}).get("path")
         if path and path != "models/tiny" and not (tmp_path / path).exists():
             build_stand_in(tmp_path / path, "tiny")
     given = [f"config/{f}" for f in files]
-    overlay = "presets" not in yaml.safe_load((ROOT / "config" / files[0]).read_text())
-    made = (["config/config.yaml"] if overlay else []) + given
+    # make run's CONFIG names config/config.yaml before an overlay of it, as the docs show
+    over = yaml.safe_load((ROOT / "config" / files[0]).read_text()).get("overlays")
+    made = (["config/config.yaml"] if over == "config.yaml" else []) + given
     for args in (["--configfile", *given], ["--configfile", *made, "--replace-workflow-config"],
                  ["--configfile", given[-1]],
                  ["--configfile", given[-1], "--replace-workflow-config"]):

@@ -5,6 +5,7 @@ Numbers are read as YAML 1.2 reads them, so `lr: 1e-4` is a number and not a str
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -57,6 +58,30 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[str]) -> di
     return out
 
 
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` over a deep copy of `base`, section by section (as Snakemake lays config files
+    over each other)."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def overlay_base(path: Path, data: dict[str, Any]) -> Path | None:
+    """The file a pipeline overlay is laid over (its `overlays`, relative to its own
+    directory), or None for a file that names none."""
+    base = data.get("overlays")
+    if base is None:
+        return None
+    resolved = (path.parent / str(base)).resolve()
+    if not resolved.is_file():
+        raise ConfigError(f"config file '{path}': overlays: {base} is no file beside it")
+    return resolved
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The run config a file holds, in any shape `read_run_config` takes."""
     return read_run_config(path)[0]
@@ -64,9 +89,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def read_run_config(path: str | Path) -> tuple[dict[str, Any], str | None]:
     """The run config a YAML or JSON file holds, in each shape a user has: a run config; a
-    pipeline config (its `run:` section); a run directory, or its `config.json` (the config
-    the run recorded). Also one line saying which part was taken (None for a run config)."""
-    p = Path(path)
+    pipeline config (its `run:` section), or an overlay of one (its `run:` laid over its
+    base's); a run directory, or its `config.json` (the config the run recorded). Also one
+    line saying which part was taken (None for a run config)."""
+    return _read_run_config(Path(path), ())
+
+
+def _read_run_config(p: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], str | None]:
+    """read_run_config, below the overlays `seen` on the way to this file."""
     if p.is_dir() and (p / "config.json").is_file():
         p = p / "config.json"
     if not p.is_file():
@@ -82,6 +112,15 @@ def read_run_config(path: str | Path) -> tuple[dict[str, Any], str | None]:
         raise ConfigError(f"config file '{p}' must hold a mapping at the top level")
     if isinstance(data.get("config"), dict) and "environment" in data:
         return data["config"], f"{p} is a run's record: running the config it recorded"
+    base = overlay_base(p, data)
+    if base is not None:
+        if base in seen:
+            raise ConfigError(f"config file '{p}': overlays: a cycle through '{base}'")
+        below, _ = _read_run_config(base, (*seen, p.resolve()))
+        if not isinstance(data.get("run") or {}, dict):
+            raise ConfigError(f"config file '{p}': the 'run' section must be a mapping")
+        return (merge(below, data.get("run") or {}),
+                f"{p}: running its 'run:' section laid over that of {data['overlays']}")
     if "run" not in data:
         return data, None
     if not isinstance(data["run"] or {}, dict):

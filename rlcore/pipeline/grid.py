@@ -10,7 +10,6 @@ tests call the same functions without Snakemake.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,21 +17,11 @@ from typing import Any
 import yaml
 
 from rlcore.config import config_from_dict
+from rlcore.config.files import merge, overlay_base
 from rlcore.errors import ConfigError
 from rlcore.record.identity import WALL_CLOCK, RunId
 
 Point = dict[str, Any]  # clock, mode, preset, k, objective, seed (and replayed, for a replay)
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`extra` over a deep copy of `base`, section by section."""
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def clock_name(clock: str) -> str:
@@ -134,17 +123,6 @@ def stands_alone(configfiles: Sequence[str | Path], schema: str | Path) -> bool:
     return all(key in first for key in required)
 
 
-def _base_of(path: Path, root: Path) -> Path | None:
-    """The file an overlay names in `overlays` (relative to `root`), or None."""
-    base = (yaml.safe_load(path.read_text()) or {}).get("overlays")
-    if base is None:
-        return None
-    resolved = (root / base).resolve()
-    if not resolved.is_file():
-        raise ConfigError(f"{path}: overlays: {base} is no file under {root}")
-    return resolved
-
-
 def config_files(configfiles: Sequence[str | Path], root: Path, *, replaced: bool
                  ) -> tuple[list[Path], list[str]]:
     """The files a pipeline config is built from, in the order they are laid over each
@@ -161,7 +139,7 @@ def config_files(configfiles: Sequence[str | Path], root: Path, *, replaced: boo
     def lay(path: Path, chain: tuple[Path, ...]) -> None:
         if path in chain:
             raise ConfigError(f"overlays: a cycle: {' over '.join(map(str, chain + (path,)))}")
-        base = _base_of(path, root)
+        base = overlay_base(path, yaml.safe_load(path.read_text()) or {})
         if base is not None and base not in files:
             lay(base, (*chain, path))
             if base != default:  # the default lies under an overlay given alone anyway
