@@ -64,10 +64,6 @@ class Registry(Generic[E]):
         """Mark the entries registered so far as built in (they cannot be unregistered)."""
         self._built_in = frozenset(self._entries)
 
-    @property
-    def built_in(self) -> frozenset[str]:
-        return self._built_in
-
     def unregister(self, name: str) -> None:
         """Remove a registration (a test's or an interactive session's own)."""
         if name in self._built_in:

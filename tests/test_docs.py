@@ -23,9 +23,8 @@ from rlcore.config import (
     read_config_file,
     run_config_schema,
 )
-from rlcore.config.files import merge
 from rlcore.measure.fidelity import load_split
-from rlcore.pipeline.grid import grid_points, replay_points, wall_points
+from rlcore.pipeline.grid import build_config, grid_points, replay_points, wall_points
 from rlcore.record.identity import RunId
 from rlcore.tasks.suites import load_suite
 from tests.tool_module import load_tool
@@ -226,9 +225,8 @@ def test_docs_say_which_default_they_mean():
 def pipeline_config(overlay: str | None = None) -> dict[str, Any]:
     """config/config.yaml, with an overlay laid over it, as the Snakefile holds it (the
     schema's defaults filled in)."""
-    data = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    if overlay:
-        data = merge(data, yaml.safe_load((ROOT / "config" / overlay).read_text()))
+    data, _ = build_config([ROOT / "config" / (overlay or "config.yaml")], ROOT,
+                           replaced=False)
     validate(data, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
     return data
 

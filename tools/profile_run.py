@@ -41,16 +41,13 @@ PARTS = {
 
 
 def pipeline_config(paths: list[Path]) -> dict[str, Any]:
-    """Pipeline config files, each laid over the one before, as the Snakefile holds them
-    (the workflow schema's defaults filled in)."""
-    import yaml
+    """Pipeline config files as `make run CONFIG=...` lays them over each other (each
+    overlay over its base), as the Snakefile holds them (the schema's defaults filled in)."""
     from snakemake.utils import validate
 
-    from rlcore.pipeline.grid import merge
+    from rlcore.pipeline.grid import build_config
 
-    data: dict[str, Any] = {}
-    for path in paths:
-        data = merge(data, yaml.safe_load(path.read_text()))
+    data, _ = build_config(paths, ROOT, replaced=True)
     validate(data, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
     return data
 
@@ -171,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, nargs="+", default=[ROOT / "config" / "config.yaml"],
                     help="the pipeline config whose runs are profiled (more files: each laid "
-                    "over the one before, as make run's CONFIG)")
+                    "over the one before, and an overlay over its base, as make run's CONFIG)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "profile")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile-to", type=Path, help=argparse.SUPPRESS)  # the child's mode

@@ -112,15 +112,44 @@ def gpus_named(model: dict[str, Any]) -> int:
     return len(devices)
 
 
+def _whole(data: dict[str, Any], schema: str | Path) -> bool:
+    """`data` sets every top-level key the pipeline schema requires."""
+    return all(key in data for key in yaml.safe_load(Path(schema).read_text())["required"])
+
+
 def stands_alone(configfiles: Sequence[str | Path], schema: str | Path) -> bool:
     """The first of the command line's config files is a whole pipeline config: it sets every
     key the pipeline schema requires (config/paper.yaml does; an overlay such as
     config/resolve.yaml does not), so the workflow's default config is no base for it."""
-    if not configfiles:
-        return False
-    required = yaml.safe_load(Path(schema).read_text())["required"]
-    first = yaml.safe_load(Path(configfiles[0]).read_text()) or {}
-    return all(key in first for key in required)
+    return bool(configfiles) and _whole(
+        yaml.safe_load(Path(configfiles[0]).read_text()) or {}, schema)
+
+
+def _laid(configfiles: Sequence[str | Path], root: Path, replaced: bool
+          ) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+    """`config_files`, each file with what it holds (read once)."""
+    default = (root / "config" / "config.yaml").resolve()
+    laid: list[tuple[Path, dict[str, Any]]] = []
+    added: list[str] = []
+
+    def lay(path: Path, chain: tuple[Path, ...]) -> None:
+        if path in chain:
+            raise ConfigError(f"overlays: a cycle: {' over '.join(map(str, chain + (path,)))}")
+        data = yaml.safe_load(path.read_text()) or {}
+        base = overlay_base(path, data)
+        if base is not None and base not in (p for p, _ in laid):
+            lay(base, (*chain, path))
+            if base != default:  # the default lies under an overlay given alone anyway
+                added.append(f"{_shown(path, root)} is laid over {_shown(base, root)}: "
+                             "reading that first")
+        laid.append((path, data))
+
+    for file in configfiles:
+        lay(Path(file).resolve(), ())
+    if (laid and not replaced and default not in (p for p, _ in laid)
+            and not _whole(laid[0][1], root / "workflow" / "schemas" / "config.schema.yaml")):
+        laid.insert(0, (default, yaml.safe_load(default.read_text()) or {}))
+    return laid, added
 
 
 def config_files(configfiles: Sequence[str | Path], root: Path, *, replaced: bool
@@ -131,27 +160,19 @@ def config_files(configfiles: Sequence[str | Path], root: Path, *, replaced: boo
     Each overlay's base (`overlays`, followed as a chain) goes before it unless already
     there; below the first file lies the workflow's config/config.yaml, unless `replaced`
     or that file is a whole pipeline config (`stands_alone`), whose keys it would mix."""
-    default = (root / "config" / "config.yaml").resolve()
-    schema = root / "workflow" / "schemas" / "config.schema.yaml"
-    files: list[Path] = []
-    added: list[str] = []
+    laid, added = _laid(configfiles, root, replaced)
+    return [path for path, _ in laid], added
 
-    def lay(path: Path, chain: tuple[Path, ...]) -> None:
-        if path in chain:
-            raise ConfigError(f"overlays: a cycle: {' over '.join(map(str, chain + (path,)))}")
-        base = overlay_base(path, yaml.safe_load(path.read_text()) or {})
-        if base is not None and base not in files:
-            lay(base, (*chain, path))
-            if base != default:  # the default lies under an overlay given alone anyway
-                added.append(f"{_shown(path, root)} is laid over {_shown(base, root)}: "
-                             "reading that first")
-        files.append(path)
 
-    for file in configfiles:
-        lay(Path(file).resolve(), ())
-    if files and not replaced and default not in files and not stands_alone(files, schema):
-        files.insert(0, default)
-    return files, added
+def build_config(configfiles: Sequence[str | Path], root: Path, *, replaced: bool,
+                 overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The pipeline config the files hold, laid over each other as `config_files` orders
+    them, then `overrides` (Snakemake's --config); and the lines `config_files` says."""
+    laid, added = _laid(configfiles, root, replaced)
+    config: dict[str, Any] = {}
+    for _, data in laid:
+        config = merge(config, data)
+    return merge(config, overrides or {}), added
 
 
 def _shown(path: Path, root: Path) -> str:

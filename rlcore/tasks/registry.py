@@ -35,8 +35,6 @@ SUITES: Registry[Suite] = Registry("task suite", "task.suite", "rlcore.suites")
 register = SUITES.register
 unregister = SUITES.unregister
 names = SUITES.names
-suite = SUITES.get
-described = SUITES.described
 
 register(Suite("arith", "generated arithmetic, 'a+b=' answered by the sum",
                "rlcore.tasks.suites:ArithSuite"))

@@ -32,7 +32,7 @@ import jsonschema
 from rlcore.config import ConfigError, TaskConfig
 from rlcore.tasks.chain import chain_problems, chain_prompt, worked_chain
 from rlcore.tasks.fields import PRESETS, FieldError, FieldPreset, preset_line_schema
-from rlcore.tasks.registry import suite
+from rlcore.tasks.registry import SUITES
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ class JsonlSuite:
 def load_suite(cfg: TaskConfig) -> TaskSuite:
     """The task suite named by the config (`rlcore.tasks.registry`); a split without tasks
     is refused here, not met as a prompt stream that never yields."""
-    built: TaskSuite = suite(cfg.suite).load(cfg)
+    built: TaskSuite = SUITES.get(cfg.suite).load(cfg)
     for name in ("train", "heldout"):
         if not built.split(name):
             raise ConfigError(f"task.suite '{cfg.suite}' has no {name} tasks with these task "

@@ -6,7 +6,6 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
 from snakemake.utils import validate
 
 from rlcore.clock.profile import load_profile, profile_path
@@ -23,12 +22,11 @@ from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
 from rlcore.pipeline.grid import (
     block_priorities,
+    build_config,
     clock_name,
-    config_files,
     gpus_named,
     grid_points,
     replay_points,
-    merge,
     run_settings,
 )
 from rlcore.record.identity import (
@@ -40,22 +38,20 @@ from rlcore.record.identity import (
 
 SCHEMA = "../schemas/config.schema.yaml"
 # Snakemake lays --configfile files over config/config.yaml. The config is built again from
-# the files `config_files` names: an overlay's base (`overlays`) laid under it where it came
+# the files `config_files` names (`build_config`): an overlay's base (`overlays`) laid under it where it came
 # without it, and no config/config.yaml under a whole pipeline config (config/paper.yaml),
 # whose keys it would mix with another study's; then --config, as Snakemake has it.
 if workflow.overwrite_configfiles:
-    FILES, ADDED = config_files(
+    BUILT, ADDED = build_config(
         workflow.overwrite_configfiles,
         Path(workflow.basedir),
         replaced=workflow.config_settings.replace_workflow_config,
+        overrides=dict(workflow.config_settings.config),
     )
     for line in ADDED:
         print(f"rlcore: {line}", file=sys.stderr)
-    BUILT = {}
-    for file in FILES:
-        BUILT = merge(BUILT, yaml.safe_load(file.read_text()) or {})
     config.clear()
-    config.update(merge(BUILT, dict(workflow.config_settings.config)))
+    config.update(BUILT)
 
 # Keys renamed this release are read under their new names, with a message saying so.
 for message in upgrade(config, PIPELINE_RENAMES):
