@@ -1,5 +1,7 @@
-"""The runtime's CUDA path: each mode with both roles on cuda:0, fp16 autocast, weight slots
-holding device tensors, the held-out eval and a replay with a tolerance, on a GPU.
+"""The runtime's CUDA path: each mode with both roles on cuda:0, fp16 autocast and fp16
+sampling weights, weight slots holding device tensors, the decoders against each other (the
+captured step within a stated tolerance), the held-out eval and a replay with a tolerance,
+on a GPU.
 
 Every test here is marked `cuda` and skips, with its reason, where torch sees no GPU (CI and
 the 2-core development machine). Run them on a GPU machine with `pytest -m cuda`.
@@ -16,7 +18,8 @@ import torch
 
 from rlcore.config import config_from_dict
 from rlcore.evaluation import evaluate_run
-from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.sampler import Generation
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.replay.replayer import replay_run
 from rlcore.runners import run_mode
@@ -71,12 +74,77 @@ def test_fp16_autocast_samples_in_half_and_keeps_fp32_weights(tiny_model_dir: Pa
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())
 
 
-def test_an_fp16_run_trains_with_finite_losses(tiny_model_dir: Path, tmp_path: Path):
-    cfg = config_from_dict(gpu_config(tiny_model_dir, "areal", model={"dtype": "fp16"}))
+@pytest.mark.parametrize("mode", ["sync", "areal"])
+def test_an_fp16_run_trains_with_finite_losses_and_samples_from_fp16_weights(
+        tiny_model_dir: Path, tmp_path: Path, mode: str):
+    cfg = config_from_dict(gpu_config(tiny_model_dir, mode, model={"dtype": "fp16"}))
     summary = run_mode(cfg, tmp_path / "run")
     validate_summary(summary)
+    assert summary["scheduling"]["weight_sync"]["rollout_dtype"] == "fp16"
     losses = [u["loss"] for u in read_jsonl(tmp_path / "run" / "updates.jsonl")]
     assert losses and all(math.isfinite(x) for x in losses)
+
+
+def _greedy(policy: HFPolicy, prompts: tuple[str, ...] = ("1+2=", "13+27=", "9+9=")
+            ) -> list[Generation]:
+    ids = [policy.encode_prompt(p) for p in prompts]
+    s = policy.sampler(ids, max_new_tokens=8, temperature=1.0, draws=None)
+    while not s.done:
+        s.step(3)
+    return s.gens
+
+
+def _max_logprob_gap(a: list[Generation], b: list[Generation]) -> float:
+    """Largest difference of two decoders' log-probs; they must pick the same tokens."""
+    gap = 0.0
+    for x, y in zip(a, b, strict=True):
+        assert x.response_ids == y.response_ids
+        gap = max(gap, *(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)))
+    return gap
+
+
+def test_an_fp16_rollout_holds_fp16_weights_and_samples_as_autocast_does(
+        tiny_model_dir: Path):
+    """Held in fp16 the residual stream is fp16 too, where autocast keeps it fp32: the same
+    greedy tokens, log-probs within 2e-2 (fp16 keeps about 3 decimal digits)."""
+    outs = []
+    for weights in ("compute", "fp32"):
+        cfg = config_from_dict(gpu_config(tiny_model_dir, "areal", model={
+            "dtype": "fp16", "rollout_weights": weights}))
+        policy = HFPolicy(cfg.model, cfg.train, role="rollout")
+        held = torch.float16 if weights == "compute" else torch.float32
+        assert all(p.dtype == held for p in policy.model.parameters())
+        outs.append(_greedy(policy))
+    assert _max_logprob_gap(*outs) < 2e-2
+
+
+def test_a_sync_policy_samples_from_an_fp16_copy_that_follows_each_update(
+        tiny_model_dir: Path):
+    cfg = config_from_dict(gpu_config(tiny_model_dir, "sync", model={"dtype": "fp16"}))
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+    gens = _greedy(policy, ("1+2=", "13+27=", "9+9=", "4+5="))
+    copy = policy.sampling_copy
+    assert copy is not None and all(p.dtype == torch.float16 for p in copy.model.parameters())
+    batch = TrainBatch([policy.encode_prompt(p) for p in ("1+2=", "13+27=", "9+9=", "4+5=")],
+                       [g.response_ids for g in gens], [g.logprobs for g in gens],
+                       [[0] * len(g.response_ids) for g in gens], [1.0, -1.0, 0.5, -0.5])
+    policy.update(batch, temperature=1.0, current_version=0)
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+    for mine, theirs in zip(policy.model.parameters(), copy.model.parameters(), strict=True):
+        assert torch.equal(theirs.detach(), mine.detach().half())
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [("fp32", 1e-4), ("fp16", 2e-2)])
+def test_the_captured_step_samples_as_the_eager_step_does(tiny_model_dir: Path, dtype: str,
+                                                          tolerance: float):
+    """`graph` attends to a bucket's every column under a mask, `static` to the written ones:
+    their rounding differs, within the stated tolerance, and greedy picks the same tokens."""
+    outs = []
+    for decode in ("static", "graph"):
+        cfg = config_from_dict(gpu_config(tiny_model_dir, "areal", model={
+            "dtype": dtype, "decode": decode}))
+        outs.append(_greedy(HFPolicy(cfg.model, cfg.train, role="rollout")))
+    assert _max_logprob_gap(*outs) < tolerance
 
 
 def test_weight_slots_take_and_give_device_tensors(tiny_model_dir: Path):
@@ -163,12 +231,5 @@ def test_the_static_decoder_samples_as_transformers_does_on_the_gpu(tiny_model_d
     outs = []
     for decode in ("hf", "static"):
         cfg = config_from_dict(gpu_config(tiny_model_dir, "sync", model={"decode": decode}))
-        policy = HFPolicy(cfg.model, cfg.train, role="rollout")
-        ids = [policy.encode_prompt(p) for p in ("1+2=", "13+27=", "9+9=")]
-        s = policy.sampler(ids, max_new_tokens=8, temperature=1.0, draws=None)
-        while not s.done:
-            s.step(3)
-        outs.append(s.gens)
-    for a, b in zip(*outs, strict=True):
-        assert a.response_ids == b.response_ids
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+        outs.append(_greedy(HFPolicy(cfg.model, cfg.train, role="rollout")))
+    assert _max_logprob_gap(*outs) < 1e-4

@@ -253,6 +253,7 @@ def overlay_figures(results: Path) -> dict[str, Any]:
                       "updates_per_s": s["updates"] / t["wall_s"] if t["wall_s"] else 0.0,
                       "tokens_per_s": s["metrics"]["tokens_per_s"],
                       "weight_transport": ws.get("transport"),
+                      "rollout_dtype": ws.get("rollout_dtype"),
                       "weight_per_version_s": ws["per_version_s"],
                       "gpu_peak_bytes": s["gpu_peak_bytes"]}
     claims = results / "tables" / "claims.md"
@@ -340,11 +341,13 @@ def table(data: dict[str, Any]) -> str:
         lines.append(f"rollout ({dec['best']}) {dec['rollout_tokens_per_s']:.0f} tok/s vs HF "
                      f"generate {dec['hf_generate_tokens_per_s']:.0f} at batch {dec['batch']} "
                      f"({dec['ratio_to_hf_generate']:.2f}x)")
+        for label, tps in dec.get("generate_tokens_per_s", {}).items():
+            lines.append(f"{label}: {tps:.0f} tok/s at batch {dec['batch']}")
     for name, r in data.get("overlay", {}).get("runs", {}).items():
         lines.append(f"overlay {name}: {r['wall_s']:.1f} s, {r['updates_per_s']:.3f} upd/s, "
                      f"{r['tokens_per_s']:.0f} tok/s, weights {r['weight_transport']} "
                      f"{r['weight_per_version_s'] * 1000:.1f} ms/version, "
-                     f"gpu peak {r['gpu_peak_bytes']}")
+                     f"rollout weights {r['rollout_dtype']}, gpu peak {r['gpu_peak_bytes']}")
     for label, b in data.get("live_vs_virtual", {}).items():
         for cfg, e in b["configs"].items():
             lines.append(

@@ -46,6 +46,13 @@ class ModelConfig:
     dtype: Literal["fp32", "fp16"] = _f(
         "fp32", "fp32 weights; fp16 = fp32 weights with fp16 autocast (CUDA only, as on V100)."
     )
+    rollout_weights: Literal["compute", "fp32"] = _f(
+        "compute",
+        "The dtype sampling holds its weights in: compute = the dtype it computes in (fp16 "
+        "under model.dtype fp16 on CUDA, cast once per policy version rather than at every "
+        "step; sync keeps a copy for sampling; fp32 elsewhere); fp32 = the fp32 weights, "
+        "autocast at every step (the reference). The trainer's weights stay fp32.",
+    )
     attn_implementation: Literal["eager", "sdpa"] = _f(
         "sdpa", "Attention kernel passed to from_pretrained; FlashAttention is deliberately absent."
     )

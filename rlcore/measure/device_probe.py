@@ -3,10 +3,13 @@
   transport  a policy version through the weight slots by each `runtime.weight_transport` the
              device allows (host, pinned, device): a trainer's write and a rollout's read of
              the model's whole trainable state, medians of `repeats`, each read checked bit
-             for bit against what was written;
+             for bit against what was written (on CUDA also read into fp16, as a rollout
+             holding fp16 weights reads);
   decode     the sampler's seconds a token under each `model.decode` the device allows (hf,
-             static, graph) at each batch size, and at the largest batch the best decoder's
-             tokens/s against HF `generate` on the same prompts.
+             static, graph) at each batch size, on the weights as runs hold them (and, under
+             fp16 on CUDA, on fp32 weights autocast at every step), and at the largest batch
+             the best decoder's tokens/s against HF `generate` on the same prompts and
+             weights.
 
 `python -m rlcore.measure.device_probe {transport,decode} MODEL_DIR --device D --out FILE`.
 On a CPU both run with what CPU allows (host; hf and static), which is their dry run.
@@ -51,11 +54,14 @@ def transport_probe(model_dir: str, device: str, repeats: int = 5) -> dict[str, 
     src = [torch.randn(shape, generator=g).to(dtype=dtype, device=dev)
            for _, shape, dtype in spec]
     transports = ["host", "pinned", "device"] if dev.type == "cuda" else ["host"]
+    # On CUDA a rollout under model.dtype fp16 reads each version into fp16 weights
+    # (model.rollout_weights: compute): the same copies, casting.
+    reads_into = [None, torch.float16] if dev.type == "cuda" else [None]
     out: dict[str, Any] = {}
-    for transport in transports:
+    for transport, into in ((t, d) for t in transports for d in reads_into):
         slots = WeightSlots(spec, 2, Threads().locked_array(4),
                             shared=transport != "device", transport=transport, device=dev)
-        dst = [torch.empty_like(t) for t in src]
+        dst = [torch.empty_like(t, dtype=into or t.dtype) for t in src]
         writes, reads, whole = [], [], True
         for rep in range(repeats + 1):  # the first is a warm-up (registration, allocation)
             for t in dst:
@@ -67,11 +73,12 @@ def transport_probe(model_dir: str, device: str, repeats: int = 5) -> dict[str, 
             slots.publish(1, rep)
             slots.read_into(dst)
             t2 = time.perf_counter()
-            whole = whole and all(torch.equal(a, b) for a, b in zip(dst, src, strict=True))
+            whole = whole and all(torch.equal(a, b.to(a.dtype))
+                                  for a, b in zip(dst, src, strict=True))
             if rep:
                 writes.append(t1 - t0)
                 reads.append(t2 - t1)
-        out[transport] = {
+        out[transport if into is None else f"{transport}, into fp16"] = {
             "write_s": statistics.median(writes), "read_s": statistics.median(reads),
             "per_version_s": statistics.median(w + r for w, r in zip(writes, reads,
                                                                       strict=True)),
@@ -88,55 +95,77 @@ def _prompts(vocab: int, rows: int) -> list[list[int]]:
                           generator=g).tolist() for i in range(rows)]
 
 
-def decode_probe(model_dir: str, device: str, batches: Sequence[int], steps: int,
-                 dtype: str) -> dict[str, Any]:
-    """Seconds a token of the sampler under each decoder and batch; HF generate beside."""
-    cfg = config_from_dict({"model": {"path": model_dir, "dtype": dtype,
-                                      "rollout_device": device, "trainer_device": device},
-                            "runtime": {"kernels": "native"}})
-    pin(cfg)
-    policy = HFPolicy(cfg.model, cfg.train, role="rollout")
-    policy.stop_ids = set()  # every row samples every step: the steps are the same for all
-    dev = policy.device
-    kinds = ["hf", "static", "graph"] if dev.type == "cuda" else ["hf", "static"]
+def _step_s(policy: HFPolicy, kind: str, batches: Sequence[int], steps: int
+            ) -> dict[str, float]:
+    """Seconds a token of the sampler under decoder `kind`, by batch size."""
+    policy.decoders = Decoders(policy.decoders.model, kind, policy.autocast)
     vocab = policy.model.config.vocab_size
-    step_s: dict[str, dict[str, float]] = {}
-    for kind in kinds:
-        policy.decoders = Decoders(policy.model, kind, policy.autocast)
-        step_s[kind] = {}
-        for rows in batches:
-            prompts = _prompts(vocab, rows)
-            s = policy.sampler(prompts, max_new_tokens=WARM_STEPS + steps, temperature=1.0,
-                               draws=Draws(0, [(i, 0) for i in range(rows)]))
-            s.step(WARM_STEPS)
-            _sync(dev)
-            t0 = time.perf_counter()
-            s.step(steps)
-            _sync(dev)
-            step_s[kind][str(rows)] = (time.perf_counter() - t0) / steps
-    rows = max(batches)
-    best = min(kinds, key=lambda k: step_s[k][str(rows)])
-    prompts = _prompts(vocab, rows)
+    out = {}
+    for rows in batches:
+        prompts = _prompts(vocab, rows)
+        s = policy.sampler(prompts, max_new_tokens=WARM_STEPS + steps, temperature=1.0,
+                           draws=Draws(0, [(i, 0) for i in range(rows)]))
+        s.step(WARM_STEPS)
+        _sync(policy.device)
+        t0 = time.perf_counter()
+        s.step(steps)
+        _sync(policy.device)
+        out[str(rows)] = (time.perf_counter() - t0) / steps
+    return out
+
+
+def _generate_tokens_per_s(policy: HFPolicy, rows: int, steps: int) -> float:
+    """HF `generate`'s sampled tokens a second on the policy's sampling weights."""
+    model: Any = policy.decoders.model  # a PreTrainedModel: it has generate
+    dev, pad = policy.device, policy.pad_id
+    prompts = _prompts(policy.model.config.vocab_size, rows)
     width = max(map(len, prompts))
-    pad = policy.pad_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=dev)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
+    kw = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+          "pad_token_id": pad, "attention_mask": mask}
     with torch.no_grad(), policy.autocast():
-        kw = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-              "min_new_tokens": steps, "max_new_tokens": steps, "pad_token_id": pad}
-        policy.model.generate(input_ids=ids, attention_mask=mask, **{**kw, "max_new_tokens":
-                                                                     WARM_STEPS,
-                                                                     "min_new_tokens": 0})
+        model.generate(input_ids=ids, min_new_tokens=0, max_new_tokens=WARM_STEPS, **kw)
         _sync(dev)
         t0 = time.perf_counter()
-        policy.model.generate(input_ids=ids, attention_mask=mask, **kw)
+        model.generate(input_ids=ids, min_new_tokens=steps, max_new_tokens=steps, **kw)
         _sync(dev)
-        hf_s = time.perf_counter() - t0
+    return rows * steps / (time.perf_counter() - t0)
+
+
+def decode_probe(model_dir: str, device: str, batches: Sequence[int], steps: int,
+                 dtype: str) -> dict[str, Any]:
+    """Seconds a token of the sampler under each decoder and batch, with the rollout's
+    weights held as `model.rollout_weights` says (and, under fp16 on CUDA, in fp32 beside);
+    HF generate on the same weights beside."""
+    dev = torch.device(device)
+    kinds = ["hf", "static", "graph"] if dev.type == "cuda" else ["hf", "static"]
+    held = ["compute", "fp32"] if dtype == "fp16" and dev.type == "cuda" else ["compute"]
+    step_s: dict[str, dict[str, float]] = {}
+    generate_s: dict[str, float] = {}
+    rows = max(batches)
+    for weights in held:
+        cfg = config_from_dict({"model": {"path": model_dir, "dtype": dtype,
+                                          "rollout_weights": weights,
+                                          "rollout_device": device, "trainer_device": device},
+                                "runtime": {"kernels": "native"}})
+        pin(cfg)
+        policy = HFPolicy(cfg.model, cfg.train, role="rollout")
+        policy.stop_ids = set()  # every row samples every step: the steps are the same for all
+        suffix = "" if weights == "compute" else ", fp32 weights"
+        for kind in kinds:
+            step_s[kind + suffix] = _step_s(policy, kind, batches, steps)
+        generate_s["hf generate" + suffix] = _generate_tokens_per_s(policy, rows, steps)
+        del policy
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    best = min(kinds, key=lambda k: step_s[k][str(rows)])  # on the weights runs hold
     ours = rows / step_s[best][str(rows)]
     return {"device": str(dev), "dtype": dtype, "steps": steps, "step_s": step_s,
             "batch": rows, "best": best, "rollout_tokens_per_s": ours,
-            "hf_generate_tokens_per_s": rows * steps / hf_s,
-            "ratio_to_hf_generate": ours / (rows * steps / hf_s)}
+            "hf_generate_tokens_per_s": generate_s["hf generate"],
+            "generate_tokens_per_s": generate_s,
+            "ratio_to_hf_generate": ours / generate_s["hf generate"]}
 
 
 def main(argv: list[str] | None = None) -> int:

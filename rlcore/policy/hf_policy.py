@@ -34,10 +34,11 @@ from rlcore.algo.registry import objective
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
-from rlcore.policy.decoders import Decoders
+from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import resolve_device
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import ChunkedSampler, Draws, Generation
+from rlcore.policy.sampling_weights import SamplingCopy, hold, sampling_dtype
 
 # Loading bars from transformers would interleave with the runners' progress lines.
 hf_logging.disable_progress_bar()
@@ -158,7 +159,15 @@ class HFPolicy:
         except (OSError, ValueError) as e:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
         self.model.train(False)  # no dropout: sampling and recompute must agree
-        self.decoders = Decoders(self.model, model_cfg.decode, self.autocast)
+        self.model_cfg = model_cfg
+        self.sampling_dtype = sampling_dtype(model_cfg, self.device)
+        # A rollout never trains: its own weights take the sampling dtype. A trainer that
+        # samples (sync) gets a copy at its first sample.
+        self.sampling_copy: SamplingCopy | None = None
+        if role == "rollout":
+            hold(self.model, self.sampling_dtype)
+        resolve_decode(model_cfg.decode, self.model)  # a bad model.decode fails here, not later
+        self._decoders: Decoders | None = None
         self.chat = model_cfg.prompt_format == "chat"
         self._encoded: dict[tuple[str | None, str], list[int]] = {}
         self.pad_id = self.tokenizer.pad_token_id
@@ -200,6 +209,21 @@ class HFPolicy:
         return contextlib.nullcontext()
 
     # --- sampling -----------------------------------------------------------------------
+    @property
+    def decoders(self) -> Decoders:
+        """The decoders over the weights sampling reads (`model.rollout_weights`)."""
+        if self._decoders is None:
+            model = self.model
+            if next(model.parameters()).dtype != self.sampling_dtype:
+                self.sampling_copy = SamplingCopy(model, self.sampling_dtype)
+                model = self.sampling_copy.model
+            self._decoders = Decoders(model, self.model_cfg.decode, self.autocast)
+        return self._decoders
+
+    @decoders.setter
+    def decoders(self, value: Decoders) -> None:
+        self._decoders = value
+
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0
                 ) -> ChunkedSampler:
@@ -322,6 +346,8 @@ class HFPolicy:
                 self.optimizer.step()
             for k, v in {**stats.as_dict(), "loss": loss.item(), "grad_norm": grad_norm}.items():
                 totals[k] = totals.get(k, 0.0) + v / cfg.minibatches
+        if self.sampling_copy is not None:
+            self.sampling_copy.refresh()
         return totals
 
     # --- state --------------------------------------------------------------------------
@@ -340,6 +366,8 @@ class HFPolicy:
         with torch.no_grad():
             for name, tensor in state.items():
                 params[name].copy_(tensor)
+        if self.sampling_copy is not None:
+            self.sampling_copy.refresh()
 
     def save(self, out_dir: str | Path) -> None:
         """save_pretrained of model and tokenizer, loadable by from_pretrained."""

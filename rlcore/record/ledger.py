@@ -28,12 +28,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlcore.algo import metrics
 from rlcore.algo.staleness import rollout_version, staleness, token_staleness
 from rlcore.clock import WALL, Clock
 from rlcore.config import RunConfig
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Generation
+from rlcore.policy.sampling_weights import DTYPE_NAMES, sampling_dtype
 from rlcore.record.identity import RunId
 from rlcore.record.live_metrics import TB_DIR, LiveMetrics, update_scalars
 from rlcore.record.machine_load import LoadMeter, process_age_s
@@ -318,8 +321,10 @@ class RunLedger:
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
         snapshot = self.snapshot()
+        held = sampling_dtype(self.cfg.model, torch.device(devices["rollout"]))
         summary = build_summary(snapshot, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
                                 placement=placement, weight_transport=weight_transport,
+                                rollout_dtype=DTYPE_NAMES[held],
                                 load=self.load.summary(self._worker_cpu_s))
         summary["clock"] = self.clock.describe()
         summary["run"] = (run_id or RunId.of(self.cfg, summary["clock"])).to_dict()

@@ -41,7 +41,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
                   waits: dict[str, float], placement: dict[str, Any], load: dict[str, Any],
-                  weight_transport: str) -> dict[str, Any]:
+                  weight_transport: str, rollout_dtype: str) -> dict[str, Any]:
     """summary.json of a finished run, from the ledger's rows, spans and counts.
 
     `tokens.generated` is counted by the samplers themselves, so the token ledger
@@ -132,7 +132,8 @@ def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
             "skipped_commits": led.event_counts["update_skipped"],
             "waits": waits,
             "controller_ms_per_sample": 1000 * led.busy_s["controller"] / max(len(samples), 1),
-            "weight_sync": {"transport": weight_transport, "write_s": write,
+            "weight_sync": {"transport": weight_transport, "rollout_dtype": rollout_dtype,
+                            "write_s": write,
                             "commit_latency_s": commit, "reload_s": reload,
                             "per_version_s": write + commit + reload,
                             "reloads": len(led.reload_s)},
