@@ -89,9 +89,12 @@ def transport_probe(model_dir: str, device: str, repeats: int = 5) -> dict[str, 
 
 
 def _prompts(vocab: int, rows: int) -> list[list[int]]:
-    """Rows of random token ids, 30 to 40 long (left padding included)."""
+    """Rows of random token ids, 30 to 40 long (left padding included), above the ids a
+    vocabulary keeps for special tokens: past 100 in a large one, past 1 (pad, stop) in the
+    tiny model's 99."""
     g = torch.Generator().manual_seed(1)
-    return [torch.randint(100, min(vocab, 30000), (PROMPT_TOKENS - i % 11,),
+    low = 100 if vocab > 1000 else 2
+    return [torch.randint(low, min(vocab, 30000), (PROMPT_TOKENS - i % 11,),
                           generator=g).tolist() for i in range(rows)]
 
 
