@@ -1,8 +1,9 @@
 """The run config: typed sections, their schema and reference, reading files and overrides.
 
-`RunConfig` and its sections live in `run.py`; building one from a mapping or a file, with
-the rules that cross fields, in `load.py`; the schema derived from them and the error messages
-in `schema.py`; YAML reading and `key=value` overrides in `files.py`.
+`RunConfig` and its sections live in `run.py`, its task, reward and evaluation sections in
+`task.py`; building one from a mapping or a file, with the rules that cross fields, in
+`load.py`; the field helpers, the schema derived from them and the error messages in
+`schema.py`; YAML reading and `key=value` overrides in `files.py`.
 """
 
 from rlcore.config.files import read_config_file, read_run_config

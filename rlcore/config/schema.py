@@ -10,12 +10,23 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import jsonschema
 
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def field(default: Any, help: str | Callable[[], str], **constraints: Any) -> Any:
+    """A dataclass field with a help line and JSON-Schema constraints (minimum, maximum, ...);
+    a help line or constraint may be a function, called when the schema is built."""
+    return dataclasses.field(default=default, metadata={"help": help, **constraints})
+
+
+def section(cls: type, help: str) -> Any:
+    """A dataclass field holding a config section, with its help line."""
+    return dataclasses.field(default_factory=cls, metadata={"help": help})
 
 
 def _type_schema(tp: Any) -> dict[str, Any]:
