@@ -85,12 +85,13 @@ class Weights:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen2RMSNorm's arithmetic, op for op."""
+    """Qwen2RMSNorm's arithmetic, op for op (its casts skipped where they change nothing)."""
     dtype = x.dtype
-    x = x.to(torch.float32)
+    if dtype != torch.float32:
+        x = x.to(torch.float32)
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + eps)
-    return weight * x.to(dtype)
+    return weight * (x if dtype == torch.float32 else x.to(dtype))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -106,27 +107,28 @@ def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
     column t of the caches ([B, kv_heads, T_max, head_dim] each); the logits [B, 1, V].
 
     With t an int it attends to columns 0..t under `mask` [B, 1, 1, t + 1] (None: every
-    column): transformers' Qwen2 forward for one new token under sdpa, in its order (a
-    padded batch passes a boolean mask and packs the query's head groups onto the key heads;
-    an unpadded one passes no mask and lets sdpa broadcast the key heads). With t a tensor
-    [1] on the device, every shape is fixed (what a CUDA graph needs): it attends to all
-    T_max columns under `mask` [B, 1, 1, T_max], which must hide the columns after t.
+    column): transformers' Qwen2 forward for one new token under sdpa, with its arithmetic in
+    its order (a padded batch passes a boolean mask and packs the query's head groups onto the
+    key heads; an unpadded one passes no mask and lets sdpa broadcast the key heads). Rows
+    are [B, hidden] between attentions: one token each, the same products and elementwise
+    ops as transformers' [B, 1, hidden]. With t a tensor [1] on the device, every shape is
+    fixed (what a CUDA graph needs): it attends to all T_max columns under `mask`
+    [B, 1, 1, T_max], which must hide the columns after t.
     """
     if isinstance(t, torch.Tensor) and mask is None:
         raise ValueError("a fixed-shape step needs the mask that hides the unwritten columns")
-    b = tok.shape[0]
-    x = F.embedding(tok, w.embed, w.pad_idx)  # [B, 1, hidden]
-    freqs = pos[..., None].float() * w.inv_freq.to(device=x.device, dtype=torch.float)
-    emb = torch.cat((freqs, freqs), dim=-1)  # [B, 1, head_dim]
-    cos = (emb.cos() * w.rope_scale).to(x.dtype)[:, None]  # [B, 1, 1, head_dim]
-    sin = (emb.sin() * w.rope_scale).to(x.dtype)[:, None]
-    shape = (b, 1, -1, w.head_dim)
+    b, d = tok.shape[0], w.head_dim
+    x = F.embedding(tok.view(b), w.embed, w.pad_idx)  # [B, hidden]
+    freqs = pos.float() * w.inv_freq.to(device=x.device, dtype=torch.float)  # [B, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, head_dim]
+    cos = (emb.cos() * w.rope_scale).to(x.dtype).view(b, 1, 1, d)
+    sin = (emb.sin() * w.rope_scale).to(x.dtype).view(b, 1, 1, d)
     groups = w.heads // w.kv_heads
     for i, layer in enumerate(w.layers):
         h = rms_norm(x, layer.norm1, layer.eps1)
-        q = F.linear(h, layer.q_w, layer.q_b).view(shape).transpose(1, 2)  # [B, H, 1, D]
-        k = F.linear(h, layer.k_w, layer.k_b).view(shape).transpose(1, 2)  # [B, Hkv, 1, D]
-        v = F.linear(h, layer.v_w, layer.v_b).view(shape).transpose(1, 2)
+        q = F.linear(h, layer.q_w, layer.q_b).view(b, w.heads, 1, d)
+        k = F.linear(h, layer.k_w, layer.k_b).view(b, w.kv_heads, 1, d)
+        v = F.linear(h, layer.v_w, layer.v_b).view(b, w.kv_heads, 1, d)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if isinstance(t, torch.Tensor):
             keys[i].index_copy_(2, t, k)
@@ -142,15 +144,14 @@ def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
                                                enable_gqa=groups > 1)
         else:
             if groups > 1:
-                q = q.reshape(b, w.kv_heads, groups, w.head_dim)
+                q = q.view(b, w.kv_heads, groups, d)
             a = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, dropout_p=0.0,
                                                scale=w.scaling, is_causal=False)
-        a = a.reshape(b, -1, 1, w.head_dim).transpose(1, 2).contiguous()
-        x = x + F.linear(a.reshape(b, 1, -1).contiguous(), layer.o_w)
+        x = x + F.linear(a.reshape(b, w.heads * d), layer.o_w)
         h = rms_norm(x, layer.norm2, layer.eps2)
         x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w),
                          layer.down_w)
-    return F.linear(rms_norm(x, w.norm, w.norm_eps), w.head)
+    return F.linear(rms_norm(x, w.norm, w.norm_eps), w.head).view(b, 1, -1)
 
 
 class Tokens:
