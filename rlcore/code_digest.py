@@ -4,8 +4,8 @@ Snakemake does not see the modules a job imports, so each rule takes a digest of
 its outputs depend on as a parameter, and an edit reruns what it can change. The parts are
 packages, not lists of modules, so a new or moved module is counted without an edit:
   base      what `rlcore build-base` runs: `config/` with the registries it reads
-            (`registry.py`, `algo/registry.py`, not the losses), `kernels.py`, `clock/`,
-            `tasks/`, `policy/` and the command;
+            (`registry.py`, `algo/registry.py`, not the losses), `kernels.py`,
+            `allocator.py`, `clock/`, `tasks/`, `policy/` and the command;
   runtime   every file of `rlcore/` (modules, the task data and the schemas it ships) except
             the packages that only read finished runs (`analysis/`), measure them
             (`measure/`), predict them (`plan/`), expand the grid into them (`pipeline/`,
@@ -34,7 +34,8 @@ PACKAGE = "rlcore"
 NOT_RUNTIME = ("analysis", "measure", "plan", "launcher", "pipeline")
 # The command and the packages that building the base model imports.
 BASE = ("__init__.py", "__main__.py", "cli.py", "errors.py", "registry.py", "kernels.py",
-        "algo/__init__.py", "algo/registry.py", "config", "clock", "tasks", "policy")
+        "allocator.py", "algo/__init__.py", "algo/registry.py", "config", "clock", "tasks",
+        "policy")
 
 
 def _package_files(directory: Path) -> list[Path]:

@@ -41,6 +41,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rlcore.allocator import keep_heap
 from rlcore.config import ConfigError, RunConfig
 from rlcore.errors import KernelsError
 
@@ -73,7 +74,8 @@ CACHE_VAR = "RLCORE_CACHE_DIR"  # where the built answer lives (default ~/.cache
 
 def pin(cfg: RunConfig, threads: int | None = None) -> dict[str, Any]:
     """Pin this process's CPU kernels to `cfg.runtime.kernels` and torch's threads to
-    `threads` (default `runtime.threads_per_role`); returns what is in force."""
+    `threads` (default `runtime.threads_per_role`), and have its allocator keep the heap it
+    grows (`allocator.keep_heap`); returns what is in force."""
     level = cfg.runtime.kernels
     if level == "portable" and platform.machine().lower() not in X86_64:
         raise ConfigError(
@@ -86,6 +88,7 @@ def pin(cfg: RunConfig, threads: int | None = None) -> dict[str, Any]:
     import torch  # here: the environment above must be set before torch first computes
 
     torch.set_num_threads(threads if threads is not None else cfg.runtime.threads_per_role)
+    keep_heap()
     now = in_force()
     if level == "portable":
         _check_portable(now, vendor_problem)

@@ -13,6 +13,7 @@ from tests.import_graph import PACKAGE, ROOT, import_graph, imported, modules
 LAYERS = (
     "rlcore.errors",
     "rlcore.registry",
+    "rlcore.allocator",
     "rlcore.code_digest",
     "rlcore.algo",
     # The suites' registry reads no suite (names and "module:attribute"), so the config may.
