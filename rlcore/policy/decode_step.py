@@ -4,6 +4,7 @@ transformers' own. The decoders (`decoders.py`, `graphs.py`) run these."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -19,10 +20,20 @@ def prefill(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
             cache_kw: str) -> torch.Tensor:
     """The model's forward over every position, filling `cache`; the last logits [B, V]."""
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    # Only the last position's logits: [B, T, V] of them would be 4 GB at batch 32 for a
+    # Qwen2.5 vocabulary and a few hundred tokens. A row of the head's product does not
+    # depend on the other rows, so the last one is the same either way.
+    last = {"logits_to_keep": 1} if keeps_logits(model) else {}
     with torch.no_grad(), autocast():
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                    **{cache_kw: cache})
+                    **{cache_kw: cache}, **last)
     return out.logits[:, -1].float()
+
+
+def keeps_logits(model: torch.nn.Module) -> bool:
+    """Whether the model's forward takes `logits_to_keep` (transformers' causal LMs do; a
+    model of its own may not)."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 @dataclass(frozen=True)
