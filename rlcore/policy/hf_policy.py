@@ -261,7 +261,9 @@ class HFPolicy:
         mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs],
                             device=self.device)
         with self.autocast():
-            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()  # [B, T, V]
+            # no KV cache: nothing decodes after this forward
+            logits = self.model(input_ids=ids, attention_mask=mask,
+                                use_cache=False).logits.float()  # [B, T, V]
         r_max = max(len(r) for r in response_ids)
         # Token j of response i sits at column len(p_i) + j and is predicted from the column before.
         start = torch.tensor([len(p) - 1 for p in prompt_ids], device=self.device)

@@ -111,7 +111,7 @@ def warm_start(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task
         ids, lab = _sft_batch(rng.sample(answered, min(cfg.warm_start_batch, len(answered))),
                               tokenizer, cfg.warm_start_label_noise, rng)
         loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(),
-                     labels=lab).loss
+                     labels=lab, use_cache=False).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
