@@ -77,17 +77,32 @@ def _noisy_answer(answer: str, rng: random.Random) -> str:
     return answer[::-1] if len(answer) > 1 else answer + answer
 
 
-def _sft_batch(tasks: list[Task], tokenizer: PreTrainedTokenizerFast, noise: float,
-               rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+class _Encoder:
+    """The tokenizer's ids of a text, each text tokenized once: a warm start draws the same
+    prompts and answers thousands of times."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast):
+        self.tokenizer = tokenizer
+        self.ids: dict[str, list[int]] = {}
+
+    def __call__(self, text: str) -> list[int]:
+        ids = self.ids.get(text)
+        if ids is None:
+            ids = self.ids[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
+
+
+def _sft_batch(tasks: list[Task], encode: _Encoder, noise: float, rng: random.Random
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and labels for prompt -> answer<eos>; the prompt is not trained on."""
+    tokenizer = encode.tokenizer
     rows, labels = [], []
     for t in tasks:
         answer = str(t.answer)
         if noise and rng.random() < noise:
             answer = _noisy_answer(answer, rng)
-        p = tokenizer(t.prompt, add_special_tokens=False)["input_ids"]
-        a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [
-            tokenizer.eos_token_id]
+        p = encode(t.prompt)
+        a = [*encode(answer), tokenizer.eos_token_id]
         rows.append(p + a)
         labels.append([-100] * len(p) + a)
     width = max(map(len, rows))
@@ -107,9 +122,10 @@ def warm_start(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr)
     model.train()
     losses = []
+    encode = _Encoder(tokenizer)
     for _ in range(cfg.warm_start_steps):
         ids, lab = _sft_batch(rng.sample(answered, min(cfg.warm_start_batch, len(answered))),
-                              tokenizer, cfg.warm_start_label_noise, rng)
+                              encode, cfg.warm_start_label_noise, rng)
         loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(),
                      labels=lab, use_cache=False).loss
         opt.zero_grad()
