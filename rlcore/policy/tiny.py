@@ -9,11 +9,13 @@ has something to improve.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import shutil
 import string
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,25 +79,10 @@ def _noisy_answer(answer: str, rng: random.Random) -> str:
     return answer[::-1] if len(answer) > 1 else answer + answer
 
 
-class _Encoder:
-    """The tokenizer's ids of a text, each text tokenized once: a warm start draws the same
-    prompts and answers thousands of times."""
-
-    def __init__(self, tokenizer: PreTrainedTokenizerFast):
-        self.tokenizer = tokenizer
-        self.ids: dict[str, list[int]] = {}
-
-    def __call__(self, text: str) -> list[int]:
-        ids = self.ids.get(text)
-        if ids is None:
-            ids = self.ids[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids
-
-
-def _sft_batch(tasks: list[Task], encode: _Encoder, noise: float, rng: random.Random
+def _sft_batch(tasks: list[Task], tokenizer: PreTrainedTokenizerFast,
+               encode: Callable[[str], list[int]], noise: float, rng: random.Random
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and labels for prompt -> answer<eos>; the prompt is not trained on."""
-    tokenizer = encode.tokenizer
     rows, labels = [], []
     for t in tasks:
         answer = str(t.answer)
@@ -122,10 +109,11 @@ def warm_start(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warm_start_lr)
     model.train()
     losses = []
-    encode = _Encoder(tokenizer)
+    # Each text tokenized once: a warm start draws the same prompts thousands of times.
+    encode = functools.cache(lambda text: tokenizer(text, add_special_tokens=False)["input_ids"])
     for _ in range(cfg.warm_start_steps):
         ids, lab = _sft_batch(rng.sample(answered, min(cfg.warm_start_batch, len(answered))),
-                              encode, cfg.warm_start_label_noise, rng)
+                              tokenizer, encode, cfg.warm_start_label_noise, rng)
         loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(),
                      labels=lab, use_cache=False).loss
         opt.zero_grad()
