@@ -19,7 +19,7 @@ import torch
 from rlcore.config import config_from_dict
 from rlcore.evaluation import evaluate_run
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
-from rlcore.policy.sampler import Generation
+from rlcore.policy.sampler import FINISH_LAG, Generation
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.replay.replayer import replay_run
 from rlcore.runners import run_mode
@@ -233,3 +233,22 @@ def test_the_static_decoder_samples_as_transformers_does_on_the_gpu(tiny_model_d
         cfg = config_from_dict(gpu_config(tiny_model_dir, "sync", model={"decode": decode}))
         outs.append(_greedy(HFPolicy(cfg.model, cfg.train, role="rollout")))
     assert _max_logprob_gap(*outs) < 1e-4
+
+
+@pytest.mark.parametrize("decode", ["static", "graph"])
+def test_a_finish_read_late_on_the_gpu_records_what_reading_it_at_once_does(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, decode: str):
+    """The finish flag copied back without a stall and read two steps late (the default on
+    CUDA) against read at once, in one chunk of 8 that the rows finish inside: the same
+    tokens, log-probs and versions, bit for bit, and the same steps."""
+    cfg = config_from_dict(gpu_config(tiny_model_dir, "sync", model={"decode": decode}))
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout")
+    ids = [policy.encode_prompt(p) for p in ("1+2=", "13+27=", "9+9=")]
+    outs = []
+    for lag in (FINISH_LAG["cuda"], 0):
+        monkeypatch.setitem(FINISH_LAG, "cuda", lag)
+        s = policy.sampler(ids, max_new_tokens=8, temperature=1.0, draws=None)
+        s.step(8)
+        outs.append(([(g.response_ids, g.logprobs, g.versions, g.finished) for g in s.gens],
+                     s.steps))
+    assert outs[0] == outs[1] and all(f for *_, f in outs[0][0]) and outs[0][1] < 8

@@ -1,5 +1,6 @@
 """ChunkedSampler hands the model its KV cache under the keyword the installed transformers
-expects: `cache` from 5.24 on, `past_key_values` before (deprecated in 5.24, gone in 5.40)."""
+expects: `cache` from 5.24 on, `past_key_values` before (deprecated in 5.24, gone in 5.40);
+and records the same whether it sees a batch's finish at once or, as on a GPU, late."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 
 from rlcore.config import RunConfig
 from rlcore.policy.decoders import HFDecoder, cache_keyword
-from rlcore.policy.sampler import ChunkedSampler, Draws
+from rlcore.policy.generation import generate
+from rlcore.policy.sampler import FINISH_LAG, ChunkedSampler, Draws, FinishWatch
 from tests.test_backend import PROMPTS, policy_for
 
 
@@ -66,3 +68,63 @@ def test_chunked_sampling_raises_no_deprecation_warning(cfg: RunConfig, swap: st
     expected = [0, 0, 0, 1, 1, 1] if swap == "keep_cache" else [0, 0, 1, 1, 1, 1]
     assert [g.versions for g in s.gens] == [expected] * len(ids)
     assert [len(r) for r in greedy] == [3] * len(ids)
+
+
+class Recorder:
+    """A clock that keeps what is charged to it, in order."""
+
+    def __init__(self) -> None:
+        self.work: list[object] = []
+
+    def charge(self, work: object) -> None:
+        self.work.append(work)
+
+    def compute(self, work: object, fn):
+        self.work.append(work)
+        return fn()
+
+
+def test_finish_watch_reads_each_flag_lag_steps_late():
+    watch = FinishWatch(lag=2)
+    seen = []
+    for flag in [False, False, True, False, False]:
+        watch.push(torch.tensor(flag))
+        seen.append(watch.seen())
+    assert seen == [False, False, False, False, True]  # the third flag, two pushes on
+    at_once = FinishWatch(lag=0)
+    at_once.push(torch.tensor(True))
+    assert at_once.seen()
+
+
+def sampled_with_lag(cfg: RunConfig, monkeypatch: pytest.MonkeyPatch, decode: str, lag: int,
+                     chunk: int) -> tuple[list[tuple], list[object], int, int]:
+    """The prompts sampled with the finish read `lag` steps late: the responses, the work
+    charged, the sampler's steps and its decoder's context."""
+    monkeypatch.setitem(FINISH_LAG, "cpu", lag)
+    policy = policy_for(dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, decode=decode)))
+    ids = [policy.encode_prompt(p) for p in PROMPTS]
+    clock = Recorder()
+    s = ChunkedSampler(policy, ids, max_new_tokens=24, temperature=1.0,
+                       draws=Draws(3, [(i, 0) for i in range(len(ids))]), clock=clock)
+    generate(s, chunk, "resubmit")
+    rows = [(g.response_ids, g.logprobs, g.versions, g.finished) for g in s.gens]
+    return rows, clock.work, s.steps, s.decoder.context
+
+
+@pytest.mark.parametrize("decode", ["hf", "static"])
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_a_late_finish_records_and_charges_the_same(cfg: RunConfig,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    decode: str, chunk: int):
+    """What a GPU does (the finish read two or five steps late), run on CPU: the steps past
+    the finish are run and then dropped, so the responses, the work charged to the clock and
+    the step count are those of reading it at once."""
+    rows, work, steps, context = sampled_with_lag(cfg, monkeypatch, decode, 0, chunk)
+    assert all(f for *_, f in rows) and steps < 24  # the rows stop (the warm-started
+    # model answers in a few tokens): there is a finish to see
+    for lag in (2, 5):
+        late = sampled_with_lag(cfg, monkeypatch, decode, lag, chunk)
+        assert late[:3] == (rows, work, steps)
+        if chunk > 1:  # the decoder ran past the finish
+            assert late[3] > context

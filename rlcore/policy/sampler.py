@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -80,6 +81,42 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
+# Decode steps a batch may run past its finish before the host sees it, by device type.
+# Reading the flag at once costs nothing on CPU; on a GPU it waits for the device to drain,
+# which then idles while the host queues the next step. Two steps keep it busy.
+FINISH_LAG = {"cuda": 2}
+
+
+class FinishWatch:
+    """Whether every row of a batch has finished, read `lag` steps late: a flag is read once
+    `lag` more have been pushed, by then (on a GPU) copied back without stalling the device."""
+
+    def __init__(self, lag: int):
+        self.lag = lag
+        self.pending: deque[tuple[torch.Tensor, Any]] = deque()
+
+    def push(self, flag: torch.Tensor) -> None:
+        """The flag (0-d bool) of the step just queued."""
+        event = None
+        if flag.is_cuda:
+            host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            host.copy_(flag, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            flag = host
+        self.pending.append((flag, event))
+
+    def seen(self) -> bool:
+        """A flag pushed at least `lag` steps ago says every row has finished."""
+        while len(self.pending) > self.lag:
+            flag, event = self.pending.popleft()
+            if event is not None:
+                event.synchronize()
+            if bool(flag):
+                return True
+        return False
+
+
 @dataclass
 class Generation:
     """One sampled response with its per-token log-probabilities and policy versions."""
@@ -99,7 +136,9 @@ class ChunkedSampler:
     `draws` None means greedy (argmax) decoding. Each prefill and each chunk is reported to
     `clock` as it ends (`rlcore/clock/work.py`). Within a chunk the tokens, log-probabilities
     and finished rows stay tensors on the policy's device; the responses are read back once,
-    at the chunk's end.
+    at the chunk's end. Whether every row has finished is read `FINISH_LAG` steps late on a
+    GPU; the steps run past the finish are dropped, so what is recorded and charged does not
+    depend on the lag.
     """
 
     def __init__(
@@ -185,7 +224,9 @@ class ChunkedSampler:
             u = torch.tensor(self.draws.chunk(starts, n), dtype=torch.float64,
                              device=self.done_rows.device)  # [B, n]
         toks, logps, live, versions = [], [], [], []
-        rows = row_context = 0
+        finished: list[torch.Tensor] = []  # per step: every row has finished
+        contexts: list[int] = []  # the decoder's context at each forward
+        watch = FinishWatch(FINISH_LAG.get(self.done_rows.device.type, 0))
         pad = torch.full_like(self.done_rows, self.policy.pad_id, dtype=torch.long)
         for j in range(n):
             logp = torch.log_softmax(self.next_logits / self.temperature, dim=-1)  # [B, V]
@@ -195,32 +236,43 @@ class ChunkedSampler:
             live.append(~self.done_rows)
             versions.append(self.logits_version)
             self.done_rows = self.done_rows | (live[-1] & torch.isin(tok, self.stop))
+            finished.append(self.done_rows.all())
+            watch.push(finished[-1])
             self.steps += 1
             # Finished rows keep receiving the pad token; causal attention keeps it from
             # touching any position that was recorded.
             self.decoder.append(torch.where(self.done_rows, pad, tok))
-            if self.done:
+            if self.steps >= self.max_new_tokens or watch.seen():
                 break
             self.next_logits = self.decoder.forward()
             self.logits_version = self.version
-            rows += self.rows
-            row_context += self.rows * self.decoder.context
-        sampled = self._record(toks, logps, live, versions)
-        self.clock.charge(Decode(steps=len(toks), rows=rows, row_context=row_context))
+            contexts.append(self.decoder.context)
+        sampled, steps = self._record(toks, logps, live, versions, finished)
+        if steps is not None:  # every row finished at this step: no forward after it
+            self.steps -= len(toks) - steps  # those run past it, if seen late, are dropped
+            contexts = contexts[:steps - 1]
+        else:
+            steps = len(toks)
+        self.clock.charge(Decode(steps=steps, rows=self.rows * len(contexts),
+                                 row_context=self.rows * sum(contexts)))
         return sampled
 
     def _record(self, toks: list[torch.Tensor], logps: list[torch.Tensor],
-                live: list[torch.Tensor], versions: list[int]) -> int:
-        """Append a chunk's tokens to the rows that were running: one read back."""
+                live: list[torch.Tensor], versions: list[int], finished: list[torch.Tensor]
+                ) -> tuple[int, int | None]:
+        """Append a chunk's tokens to the rows that were running: one read back. Returns the
+        tokens sampled, and the steps up to the one after which every row had finished (None
+        if some row is still running)."""
         # A row runs for a prefix of the chunk: from its start until it samples a stop token.
         counts = torch.stack(live, dim=1).sum(-1).tolist()  # [B]
         tok_rows = torch.stack(toks, dim=1).tolist()  # [B, steps]
         logp_rows = torch.stack(logps, dim=1).tolist()
-        finished = self.done_rows.tolist()
-        for g, c, t, lp, f in zip(self.gens, counts, tok_rows, logp_rows, finished,
+        rows_finished = self.done_rows.tolist()
+        flags = torch.stack(finished).tolist()
+        for g, c, t, lp, f in zip(self.gens, counts, tok_rows, logp_rows, rows_finished,
                                   strict=True):
             g.response_ids += t[:c]
             g.logprobs += lp[:c]
             g.versions += versions[:c]
             g.finished = f
-        return sum(counts)
+        return sum(counts), flags.index(True) + 1 if True in flags else None
