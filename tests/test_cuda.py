@@ -134,15 +134,17 @@ def test_a_sync_policy_samples_from_an_fp16_copy_that_follows_each_update(
         assert torch.equal(theirs.detach(), mine.detach().half())
 
 
-@pytest.mark.parametrize(("dtype", "tolerance"), [("fp32", 1e-4), ("fp16", 2e-2)])
+@pytest.mark.parametrize(("dtype", "weights", "tolerance"), [
+    ("fp32", "compute", 1e-4), ("fp16", "compute", 2e-2), ("fp16", "fp32", 2e-2)])
 def test_the_captured_step_samples_as_the_eager_step_does(tiny_model_dir: Path, dtype: str,
-                                                          tolerance: float):
+                                                          weights: str, tolerance: float):
     """`graph` attends to a bucket's every column under a mask, `static` to the written ones:
-    their rounding differs, within the stated tolerance, and greedy picks the same tokens."""
+    their rounding differs, within the stated tolerance, and greedy picks the same tokens;
+    also under autocast over fp32 weights, where keys and values differ in dtype."""
     outs = []
     for decode in ("static", "graph"):
         cfg = config_from_dict(gpu_config(tiny_model_dir, "areal", model={
-            "dtype": dtype, "decode": decode}))
+            "dtype": dtype, "decode": decode, "rollout_weights": weights}))
         outs.append(_greedy(HFPolicy(cfg.model, cfg.train, role="rollout")))
     assert _max_logprob_gap(*outs) < tolerance
 

@@ -121,6 +121,28 @@ class TestFixedShapeStep:
                 assert a.shape == b.shape
                 assert (a - b).abs().max().item() < 1e-5
 
+    def test_under_autocast_over_fp32_weights_it_agrees_with_the_static_step(self):
+        """Autocast (bf16 on CPU, fp16 on CUDA) over fp32 weights, as `rollout_weights: fp32`
+        runs: the rotated keys come out fp32 and the values in the autocast dtype, and the
+        step writes both into its cache, as the static step's slice assignment does."""
+        model = qwen2(4, 2)
+        ids, mask = batch([3, 7, 5])
+        kw = cache_keyword(model)
+
+        def bf16() -> contextlib.AbstractContextManager[object]:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+
+        ref = StaticDecoder(model, ids.clone(), mask.clone(), bf16, kw, 8)
+        fixed = GraphDecoder(GraphPool(model, bf16, capture=False), ids, mask, kw, 8)
+        ref.refill()
+        fixed.refill()
+        with torch.no_grad():
+            for tok in ([7, 8, 9], [10, 11, 12], [13, 14, 15]):
+                ref.append(torch.tensor(tok))
+                fixed.append(torch.tensor(tok))
+                a, b = ref.forward(), fixed.forward()
+                assert (a - b).abs().max().item() < 1e-2  # bf16: ~3 digits
+
     def test_a_second_batch_reuses_the_bucket_and_forgets_the_first(self):
         model = qwen2(4, 2)
         pool = GraphPool(model, contextlib.nullcontext, capture=False)

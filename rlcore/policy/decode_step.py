@@ -142,8 +142,10 @@ def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
         v = F.linear(h, layer.v_w, layer.v_b).view(b, w.kv_heads, 1, d)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if isinstance(t, torch.Tensor):
-            keys[i].index_copy_(2, t, k)
-            values[i].index_copy_(2, t, v)
+            # index_copy_ does not cast, as the eager path's slice assignment does: under
+            # autocast over fp32 weights the rotated keys are fp32 and the values are not
+            keys[i].index_copy_(2, t, k.to(keys[i].dtype))
+            values[i].index_copy_(2, t, v.to(values[i].dtype))
             k_all, v_all = keys[i], values[i]  # [B, Hkv, T_max, D]
         else:
             keys[i][:, :, t:t + 1] = k
