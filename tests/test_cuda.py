@@ -254,3 +254,8 @@ def test_a_finish_read_late_on_the_gpu_records_what_reading_it_at_once_does(
         outs.append(([(g.response_ids, g.logprobs, g.versions, g.finished) for g in s.gens],
                      s.steps))
     assert outs[0] == outs[1] and all(f for *_, f in outs[0][0]) and outs[0][1] < 8
+
+
+def test_auto_decodes_through_captured_graphs_on_the_gpu(tiny_model_dir: Path):
+    cfg = config_from_dict(gpu_config(tiny_model_dir, "sync"))
+    assert HFPolicy(cfg.model, cfg.train, role="rollout").decoders.kind == "graph"

@@ -159,7 +159,7 @@ class TestFixedShapeStep:
 
 
 class TestResolve:
-    def test_auto_is_static_for_qwen2_under_sdpa_and_hf_otherwise(self):
+    def test_auto_is_static_on_cpu_for_qwen2_under_sdpa_and_hf_otherwise(self):
         assert resolve_decode("auto", qwen2(4, 2)) == "static"
         assert resolve_decode("auto", qwen2(4, 2, attn="eager")) == "hf"
         assert resolve_decode("hf", qwen2(4, 2)) == "hf"

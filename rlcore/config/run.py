@@ -53,7 +53,8 @@ class ModelConfig:
         "growing cache (the reference); static = the same arithmetic over the model's "
         "parameters with a KV cache allocated once, equal to hf bit for bit on CPU (Qwen2 "
         "models under sdpa); graph = static at fixed shapes captured as CUDA graphs (CUDA "
-        "only; not bit for bit); auto = static where it applies, else hf.",
+        "only; not bit for bit); auto = graph on CUDA and static elsewhere where they apply, "
+        "else hf.",
     )
     rollout_device: str = _f(
         "auto", "Device of the rollout role: auto (cuda:0 if present, else cpu), cpu, cuda:N.",

@@ -7,16 +7,16 @@ logits after it (`forward`). Three decoders:
 
 - `HFDecoder` (`hf`): the model's own forward with a `DynamicCache` grown by concatenation,
   the ids and mask concatenated every token: the reference.
-- `StaticDecoder` (`static`, and `auto` where it applies): the prompt's forward is the
+- `StaticDecoder` (`static`, and `auto` off CUDA where it applies): the prompt's forward is the
   model's own; each next token runs `decode_step`, the same tensor operations as
   transformers' Qwen2 forward in the same order, over the model's own parameters (so weights
   loaded in place are seen at once) and a KV cache allocated once for the batch's longest
   sequence. The per-token module stack, mask building and concatenations are gone; on CPU its
   logits are the reference's bit for bit (tests/test_decoders.py), so no run's numbers depend
   on which one ran.
-- `GraphDecoder` (`graph`, CUDA only; `rlcore/policy/graphs.py`): `decode_step` at fixed
-  shapes, captured once per batch bucket as a CUDA graph and replayed, so a token costs one
-  launch instead of one per operation.
+- `GraphDecoder` (`graph`, and `auto` on CUDA where it applies; `rlcore/policy/graphs.py`):
+  `decode_step` at fixed shapes, captured once per batch bucket as a CUDA graph and
+  replayed, so a token costs one launch instead of one per operation.
 """
 
 from __future__ import annotations
@@ -72,16 +72,16 @@ def static_unsupported(model: torch.nn.Module) -> str | None:
 
 
 def resolve_decode(decode: str, model: torch.nn.Module) -> str:
-    """`model.decode` for this model: `auto` is `static` where it can mirror the model, else
-    `hf`; `static` on a model it cannot mirror, or `graph` off CUDA, is refused with the
-    reason and what to set."""
+    """`model.decode` for this model: `auto` is `graph` on CUDA and `static` elsewhere where
+    the step can mirror the model, else `hf`; `static` on a model it cannot mirror, or
+    `graph` off CUDA, is refused with the reason and what to set."""
     why = static_unsupported(model)
+    device = next(model.parameters()).device
     if decode == "auto":
-        return "hf" if why else "static"
+        return "hf" if why else "graph" if device.type == "cuda" else "static"
     if decode in ("static", "graph") and why:
         raise ConfigError(f"model.decode is '{decode}' but {why}: set model.decode: hf "
                           "(or auto)")
-    device = next(model.parameters()).device
     if decode == "graph" and device.type != "cuda":
         raise ConfigError(f"model.decode is 'graph', which captures CUDA graphs, but the model "
                           f"is on {device}: set model.decode: static (or auto)")

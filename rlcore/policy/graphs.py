@@ -67,7 +67,10 @@ class Bucket:
                 self.step()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad(), autocast():
+        # thread_local: the threaded runner's trainer keeps using the GPU from its own thread
+        # while the rollout's thread captures, which the default (global) mode would refuse
+        with (torch.cuda.graph(self.graph, capture_error_mode="thread_local"), torch.no_grad(),
+              autocast()):
             self.logits = self.step()
 
     def run(self, autocast: Callable[[], AbstractContextManager[Any]]) -> torch.Tensor:
