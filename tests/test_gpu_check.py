@@ -35,3 +35,14 @@ def test_a_profile_beside_itself_has_every_ratio_one():
     ratios = [row.rsplit("|", 2)[1].strip() for row in table[2:] if "**" not in row]
     assert "| update, 4 rows of 136 | 0.08798 | 0.08798 | 1.00 |" in table
     assert ratios and set(ratios) <= {"1.00", "="}
+
+
+def test_the_overlay_falls_back_to_the_static_step_only_where_the_graph_failed():
+    g = gpu_check()
+    tiny = g.sizes("tiny")["overlay"]
+    assert g.overlay_config(tiny, {}) == tiny
+    assert g.overlay_config(tiny, {"static": "RuntimeError: x"}) == tiny
+    fell_back = g.overlay_config(tiny, {"graph, fp32 weights": "RuntimeError: capture"})
+    assert fell_back["run"]["model"] == {**tiny["run"]["model"], "decode": "static"}
+    assert fell_back["run"]["train"] == tiny["run"]["train"]
+    assert g.overlay_config({}, {"graph": "x"}) == {"run": {"model": {"decode": "static"}}}

@@ -12,7 +12,9 @@
              weights.
 
 `python -m rlcore.measure.device_probe {transport,decode} MODEL_DIR --device D --out FILE`.
-On a CPU both run with what CPU allows (host; hf and static), which is their dry run.
+On a CPU both run with what CPU allows (host; hf and static), which is their dry run. A
+transport or decoder that fails is recorded under `errors` with its message, the others are
+still measured, and the probe exits 1 after writing its file.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -35,10 +37,28 @@ from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.record.rundir import atomic_write_json
 from rlcore.runners.asynchronous.vehicles import Threads
-from rlcore.runners.asynchronous.weight_slots import WeightSlots, spec_bytes, trainable_spec
+from rlcore.runners.asynchronous.weight_slots import (
+    ParamSpec,
+    WeightSlots,
+    spec_bytes,
+    trainable_spec,
+)
 
 PROMPT_TOKENS = 40  # about the paper's prompts (config/paper.yaml: arith, chat template)
 WARM_STEPS = 8  # tokens sampled before timing: first calls pick kernels, graphs capture
+
+
+T = TypeVar("T")
+
+
+def _attempt(errors: dict[str, str], name: str, fn: Callable[..., T], *args: Any) -> T | None:
+    """fn(*args); None, its error recorded under `name`, where it raises: a failing kind
+    costs its own figure, not the others' (device time is scarce)."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 (recorded, and the probe then exits 1)
+        errors[name] = f"{type(e).__name__}: {e}"
+        return None
 
 
 def _sync(device: torch.device) -> None:
@@ -58,34 +78,43 @@ def transport_probe(model_dir: str, device: str, repeats: int = 5) -> dict[str, 
     # (model.rollout_weights: compute): the same copies, casting.
     reads_into = [None, torch.float16] if dev.type == "cuda" else [None]
     out: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     for transport, into in ((t, d) for t in transports for d in reads_into):
-        slots = WeightSlots(spec, 2, Threads().locked_array(4),
-                            shared=transport != "device", transport=transport, device=dev)
-        dst = [torch.empty_like(t, dtype=into or t.dtype) for t in src]
-        writes, reads, whole = [], [], True
-        for rep in range(repeats + 1):  # the first is a warm-up (registration, allocation)
-            for t in dst:
-                t.fill_(float("nan"))
-            _sync(dev)
-            t0 = time.perf_counter()
-            slots.write(1, src)
-            t1 = time.perf_counter()
-            slots.publish(1, rep)
-            slots.read_into(dst)
-            t2 = time.perf_counter()
-            whole = whole and all(torch.equal(a, b.to(a.dtype))
-                                  for a, b in zip(dst, src, strict=True))
-            if rep:
-                writes.append(t1 - t0)
-                reads.append(t2 - t1)
-        out[transport if into is None else f"{transport}, into fp16"] = {
-            "write_s": statistics.median(writes), "read_s": statistics.median(reads),
+        name = transport if into is None else f"{transport}, into fp16"
+        timed = _attempt(errors, name, _version_s, spec, src, dev, transport, into, repeats)
+        if timed is not None:
+            out[name] = timed
+    return {"device": str(dev), "state_bytes": spec_bytes(spec), "repeats": repeats,
+            "transports": out, "errors": errors}
+
+
+def _version_s(spec: ParamSpec, src: list[torch.Tensor], dev: torch.device, transport: str,
+               into: torch.dtype | None, repeats: int) -> dict[str, Any]:
+    """One transport's write and read seconds, medians of `repeats` versions, each read
+    checked against what was written."""
+    slots = WeightSlots(spec, 2, Threads().locked_array(4),
+                        shared=transport != "device", transport=transport, device=dev)
+    dst = [torch.empty_like(t, dtype=into or t.dtype) for t in src]
+    writes, reads, whole = [], [], True
+    for rep in range(repeats + 1):  # the first is a warm-up (registration, allocation)
+        for t in dst:
+            t.fill_(float("nan"))
+        _sync(dev)
+        t0 = time.perf_counter()
+        slots.write(1, src)
+        t1 = time.perf_counter()
+        slots.publish(1, rep)
+        slots.read_into(dst)
+        t2 = time.perf_counter()
+        whole = whole and all(torch.equal(a, b.to(a.dtype))
+                              for a, b in zip(dst, src, strict=True))
+        if rep:
+            writes.append(t1 - t0)
+            reads.append(t2 - t1)
+    return {"write_s": statistics.median(writes), "read_s": statistics.median(reads),
             "per_version_s": statistics.median(w + r for w, r in zip(writes, reads,
                                                                       strict=True)),
             "writes_s": writes, "reads_s": reads, "bit_for_bit": whole}
-        del slots
-    return {"device": str(dev), "state_bytes": spec_bytes(spec), "repeats": repeats,
-            "transports": out}
 
 
 def _prompts(vocab: int, rows: int) -> list[list[int]]:
@@ -146,6 +175,7 @@ def decode_probe(model_dir: str, device: str, batches: Sequence[int], steps: int
     held = ["compute", "fp32"] if dtype == "fp16" and dev.type == "cuda" else ["compute"]
     step_s: dict[str, dict[str, float]] = {}
     generate_s: dict[str, float] = {}
+    errors: dict[str, str] = {}
     rows = max(batches)
     for weights in held:
         cfg = config_from_dict({"model": {"path": model_dir, "dtype": dtype,
@@ -157,18 +187,27 @@ def decode_probe(model_dir: str, device: str, batches: Sequence[int], steps: int
         policy.stop_ids = set()  # every row samples every step: the steps are the same for all
         suffix = "" if weights == "compute" else ", fp32 weights"
         for kind in kinds:
-            step_s[kind + suffix] = _step_s(policy, kind, batches, steps)
-        generate_s["hf generate" + suffix] = _generate_tokens_per_s(policy, rows, steps)
+            per_rows = _attempt(errors, kind + suffix, _step_s, policy, kind, batches, steps)
+            if per_rows is not None:
+                step_s[kind + suffix] = per_rows
+        tokens_s = _attempt(errors, "hf generate" + suffix, _generate_tokens_per_s, policy,
+                            rows, steps)
+        if tokens_s is not None:
+            generate_s["hf generate" + suffix] = tokens_s
         del policy
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    best = min(kinds, key=lambda k: step_s[k][str(rows)])  # on the weights runs hold
-    ours = rows / step_s[best][str(rows)]
-    return {"device": str(dev), "dtype": dtype, "steps": steps, "step_s": step_s,
-            "batch": rows, "best": best, "rollout_tokens_per_s": ours,
-            "hf_generate_tokens_per_s": generate_s["hf generate"],
-            "generate_tokens_per_s": generate_s,
-            "ratio_to_hf_generate": ours / generate_s["hf generate"]}
+    out: dict[str, Any] = {"device": str(dev), "dtype": dtype, "steps": steps,
+                           "step_s": step_s, "batch": rows,
+                           "generate_tokens_per_s": generate_s, "errors": errors}
+    timed = [k for k in kinds if k in step_s]  # on the weights runs hold
+    if timed:
+        best = min(timed, key=lambda k: step_s[k][str(rows)])
+        out.update(best=best, rollout_tokens_per_s=rows / step_s[best][str(rows)])
+    if timed and "hf generate" in generate_s:
+        out.update(hf_generate_tokens_per_s=generate_s["hf generate"],
+                   ratio_to_hf_generate=out["rollout_tokens_per_s"] / generate_s["hf generate"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         result = decode_probe(args.model, args.device, args.batches, args.steps, args.dtype)
     atomic_write_json(args.out, result)
     print(json.dumps(result, indent=1))
-    return 0
+    return 1 if result["errors"] else 0
 
 
 if __name__ == "__main__":
