@@ -224,7 +224,6 @@ class ChunkedSampler:
             u = torch.tensor(self.draws.chunk(starts, n), dtype=torch.float64,
                              device=self.done_rows.device)  # [B, n]
         toks, logps, live, versions = [], [], [], []
-        finished: list[torch.Tensor] = []  # per step: every row has finished
         contexts: list[int] = []  # the decoder's context at each forward
         watch = FinishWatch(FINISH_LAG.get(self.done_rows.device.type, 0))
         pad = torch.full_like(self.done_rows, self.policy.pad_id, dtype=torch.long)
@@ -236,8 +235,7 @@ class ChunkedSampler:
             live.append(~self.done_rows)
             versions.append(self.logits_version)
             self.done_rows = self.done_rows | (live[-1] & torch.isin(tok, self.stop))
-            finished.append(self.done_rows.all())
-            watch.push(finished[-1])
+            watch.push(self.done_rows.all())
             self.steps += 1
             # Finished rows keep receiving the pad token; causal attention keeps it from
             # touching any position that was recorded.
@@ -247,7 +245,7 @@ class ChunkedSampler:
             self.next_logits = self.decoder.forward()
             self.logits_version = self.version
             contexts.append(self.decoder.context)
-        sampled, steps = self._record(toks, logps, live, versions, finished)
+        sampled, steps = self._record(toks, logps, live, versions)
         if steps is not None:  # every row finished at this step: no forward after it
             self.steps -= len(toks) - steps  # those run past it, if seen late, are dropped
             contexts = contexts[:steps - 1]
@@ -258,8 +256,7 @@ class ChunkedSampler:
         return sampled
 
     def _record(self, toks: list[torch.Tensor], logps: list[torch.Tensor],
-                live: list[torch.Tensor], versions: list[int], finished: list[torch.Tensor]
-                ) -> tuple[int, int | None]:
+                live: list[torch.Tensor], versions: list[int]) -> tuple[int, int | None]:
         """Append a chunk's tokens to the rows that were running: one read back. Returns the
         tokens sampled, and the steps up to the one after which every row had finished (None
         if some row is still running)."""
@@ -267,12 +264,12 @@ class ChunkedSampler:
         counts = torch.stack(live, dim=1).sum(-1).tolist()  # [B]
         tok_rows = torch.stack(toks, dim=1).tolist()  # [B, steps]
         logp_rows = torch.stack(logps, dim=1).tolist()
-        rows_finished = self.done_rows.tolist()
-        flags = torch.stack(finished).tolist()
-        for g, c, t, lp, f in zip(self.gens, counts, tok_rows, logp_rows, rows_finished,
+        finished = self.done_rows.tolist()
+        for g, c, t, lp, f in zip(self.gens, counts, tok_rows, logp_rows, finished,
                                   strict=True):
             g.response_ids += t[:c]
             g.logprobs += lp[:c]
             g.versions += versions[:c]
             g.finished = f
-        return sum(counts), flags.index(True) + 1 if True in flags else None
+        # A row's count ends at its stop token, so the last row to stop stopped at the longest
+        return sum(counts), max(counts) if all(finished) else None
