@@ -107,7 +107,7 @@ class TestFixedShapeStep:
         ids, mask = batch(lengths)
         kw = cache_keyword(model)
         ref = HFDecoder(model, ids.clone(), mask.clone(), contextlib.nullcontext, kw)
-        pool = GraphPool(model, contextlib.nullcontext, capture=False)
+        pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model), capture=False)
         fixed = GraphDecoder(pool, ids, mask, kw, 16)
         assert torch.equal(ref.refill(), fixed.refill())  # the same eager prefill
         assert fixed.bucket is not None and fixed.bucket.keys[0].shape[0] == 4
@@ -133,7 +133,7 @@ class TestFixedShapeStep:
             return torch.autocast("cpu", dtype=torch.bfloat16)
 
         ref = StaticDecoder(model, ids.clone(), mask.clone(), bf16, kw, 8)
-        fixed = GraphDecoder(GraphPool(model, bf16, capture=False), ids, mask, kw, 8)
+        fixed = GraphDecoder(GraphPool(model, bf16, kw, capture=False), ids, mask, kw, 8)
         ref.refill()
         fixed.refill()
         with torch.no_grad():
@@ -145,7 +145,7 @@ class TestFixedShapeStep:
 
     def test_a_second_batch_reuses_the_bucket_and_forgets_the_first(self):
         model = qwen2(4, 2)
-        pool = GraphPool(model, contextlib.nullcontext, capture=False)
+        pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model), capture=False)
         kw = cache_keyword(model)
         outs = []
         for seed in (1, 5, 1):  # the third batch is the first again, after another

@@ -284,7 +284,7 @@ def test_shutdown_takes_no_lock_a_killed_worker_may_hold(tiny_model_dir: Path):
     from rlcore.runners.asynchronous.runtime import Runtime
 
     cfg = config_from_dict(small_config(tiny_model_dir, mode="areal"))
-    runtime = Runtime(cfg, Processes())
+    runtime = Runtime(cfg, Processes(), [])
     held = [runtime.commit_q._q._wlock, *(q._q._wlock for q in runtime.trainer_qs),
             runtime.stop_evt._cond, runtime.start_evt._cond]
     for lock in held:  # held here, by no one who will ever release them

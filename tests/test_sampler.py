@@ -85,13 +85,13 @@ class Recorder:
 
 
 def test_finish_watch_reads_each_flag_lag_steps_late():
-    watch = FinishWatch(lag=2)
+    watch = FinishWatch(lag=2, device=torch.device("cpu"))
     seen = []
     for flag in [False, False, True, False, False]:
         watch.push(torch.tensor(flag))
         seen.append(watch.seen())
     assert seen == [False, False, False, False, True]  # the third flag, two pushes on
-    at_once = FinishWatch(lag=0)
+    at_once = FinishWatch(lag=0, device=torch.device("cpu"))
     at_once.push(torch.tensor(True))
     assert at_once.seen()
 

@@ -30,6 +30,7 @@ from rlcore.clock import WALL
 from rlcore.config import MODES, RunConfig
 from rlcore.config.run import Mode
 from rlcore.kernels import pin
+from rlcore.policy.device import wait_for
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
 from rlcore.policy.stand_in import QWEN25_05B
@@ -168,12 +169,10 @@ def copy_best_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> 
     """Best-of-reps seconds of copying src into dst (one copy of a state), waiting for the
     device where dst is on a GPU."""
     best = float("inf")
-    on_gpu = dst[0].device.type == "cuda"
     for _ in range(reps):
         t0 = time.perf_counter()
         torch._foreach_copy_(dst, src)
-        if on_gpu:
-            torch.cuda.synchronize(dst[0].device)
+        wait_for([dst[0].device, src[0].device])
         best = min(best, time.perf_counter() - t0)
     return best
 

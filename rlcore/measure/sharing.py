@@ -24,15 +24,20 @@ def gil_share(make: Callable[[], Callable[[], None]], n: int) -> float:
     """How much of some work holds the interpreter lock: two threads doing it at once take
     (1 + share) times as long as one thread alone, given a core each."""
     alone, a, b = make(), make(), make()
-    alone()  # warm-up
+    for fn in (alone, a, b):  # warm-up: kernels chosen, graphs captured, one at a time
+        fn()
     t0 = time.perf_counter()
     for _ in range(n):
         alone()
     one = time.perf_counter() - t0
+    failed: list[BaseException] = []
 
     def loop(fn: Callable[[], None]) -> None:
-        for _ in range(n):
-            fn()
+        try:
+            for _ in range(n):
+                fn()
+        except BaseException as e:  # a thread's error would only be printed
+            failed.append(e)
 
     threads = [threading.Thread(target=loop, args=(f,)) for f in (a, b)]
     t0 = time.perf_counter()
@@ -41,6 +46,9 @@ def gil_share(make: Callable[[], Callable[[], None]], n: int) -> float:
     for t in threads:
         t.join()
     both = time.perf_counter() - t0
+    if failed:
+        raise RuntimeError("the interpreter-lock share could not be measured: a thread "
+                           f"failed with {failed[0]!r}") from failed[0]
     return min(1.0, max(0.0, both / one - 1.0))
 
 

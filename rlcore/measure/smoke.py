@@ -23,6 +23,7 @@ from typing import Any
 
 from rlcore.config import ConfigError, RunConfig, load_config
 from rlcore.measure.memory_watch import TreeWatch
+from rlcore.policy.device import wait_for
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.record.rundir import atomic_write_json
 
@@ -121,8 +122,7 @@ def generate_comparison(cfg: RunConfig, reps: int = 3) -> dict[str, Any]:
         pad_token_id=pad)
 
     def sync() -> None:
-        if policy.device.type == "cuda":
-            torch.cuda.synchronize(policy.device)
+        wait_for([policy.device])
 
     def ours(rep: int) -> tuple[int, float]:
         sync()

@@ -22,7 +22,7 @@ logits after it (`forward`). Three decoders:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -180,7 +180,14 @@ class Decoders:
         self.kind = resolve_decode(decode, model)
         self.model, self.autocast = model, autocast
         self.cache_kw = cache_keyword(model)
-        self.graphs = GraphPool(model, autocast) if self.kind == "graph" else None
+        self.graphs = (GraphPool(model, autocast, self.cache_kw) if self.kind == "graph"
+                       else None)
+
+    def prepare(self, rows: Iterable[int], columns: int) -> None:
+        """Before the run: capture the steps of batches of each of `rows` rows whose prompt
+        and response fit in `columns` (`graph`; the other decoders keep nothing)."""
+        if self.graphs is not None:
+            self.graphs.prepare(rows, columns)
 
     def new(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> Decoder:
         """A decoder for a batch of left-padded prompts (ids and mask [B, width])."""

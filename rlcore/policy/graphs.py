@@ -10,20 +10,30 @@ mask that hides those not yet written (`decode_step.py::decode_step` with a tens
 its rounding differs from the eager step's; tests/test_cuda.py bounds the difference.
 
 The prompt's forward (`refill`) stays eager, as transformers' own.
+
+Captures keep PyTorch's and CUDA's rules for a process whose threads share a GPU, as vLLM's
+and SGLang's graph runners do: a role captures the buckets its batches will use before the
+run starts (`GraphPool.prepare`, before the ready barrier), largest first, into one memory
+pool; a bucket first needed later is captured then. Every capture holds `CAPTURE_LOCK`
+(`rlcore/policy/device.py`), so no two run at once and no thread waits on the device
+meanwhile, and names its device, so a policy on cuda:1 captures on cuda:1 whatever device is
+current in the calling thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
-from rlcore.policy.decode_step import Tokens, Weights, decode_step
+from rlcore.policy.decode_step import Tokens, Weights, decode_step, prefill
+from rlcore.policy.device import CAPTURE_LOCK
 
 SPAN_STEP = 128  # the KV cache's columns are a multiple of this: batches share a bucket
-WARMUP = 3  # eager runs on a side stream before a capture (CUDA's lazy initialisation)
+WARMUP = 3  # eager runs on the capture stream before a capture (CUDA's lazy initialisation)
 
 
 def rows_bucket(rows: int) -> int:
@@ -41,7 +51,7 @@ class Bucket:
 
     def __init__(self, w: Weights, rows: int, span: int, device: torch.device,
                  dtype: torch.dtype):
-        self.w, self.rows, self.span = w, rows, span
+        self.w, self.rows, self.span, self.device = w, rows, span, device
         shape = (rows, w.kv_heads, span, w.head_dim)
         # zeros, not empty: a hidden column still meets the values (0 * NaN would be NaN)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in w.layers]
@@ -58,25 +68,32 @@ class Bucket:
         return decode_step(self.w, self.tok, self.pos, self.keys, self.values, self.col,
                            self.mask[:, None, None, :])
 
-    def capture(self, autocast: Callable[[], AbstractContextManager[Any]]) -> None:
-        """Record the step as a CUDA graph (the buffers' contents do not matter yet)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad(), autocast():
-            for _ in range(WARMUP):
-                self.step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        # thread_local: the threaded runner's trainer keeps using the GPU from its own thread
-        # while the rollout's thread captures, which the default (global) mode would refuse
-        with (torch.cuda.graph(self.graph, capture_error_mode="thread_local"), torch.no_grad(),
-              autocast()):
-            self.logits = self.step()
+    def capture(self, autocast: Callable[[], AbstractContextManager[Any]], pool: Any) -> None:
+        """Record the step as a CUDA graph into the memory pool `pool`, on this bucket's
+        device (the buffers' contents do not matter yet)."""
+        with CAPTURE_LOCK, torch.cuda.device(self.device):
+            current = torch.cuda.current_stream(self.device)
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(current)
+            # the warm-up runs on the stream that captures, so its cuBLAS workspace is set up
+            with torch.cuda.stream(stream), torch.no_grad(), autocast():
+                for _ in range(WARMUP):
+                    self.step()
+            current.wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            # thread_local: the threaded runner's trainer may allocate from its own thread
+            # meanwhile, which the default (global) mode would refuse
+            with (torch.cuda.graph(self.graph, pool=pool, stream=stream,
+                                   capture_error_mode="thread_local"),
+                  torch.no_grad(), autocast()):
+                self.logits = self.step()
 
     def run(self, autocast: Callable[[], AbstractContextManager[Any]]) -> torch.Tensor:
-        """One step: the graph replayed, or (uncaptured) the step run eagerly."""
+        """One step: the graph replayed (on this device's current stream), or (uncaptured)
+        the step run eagerly."""
         if self.graph is not None:
-            self.graph.replay()
+            with torch.cuda.device(self.device):
+                self.graph.replay()
             return self.logits
         with torch.no_grad(), autocast():
             return self.step()
@@ -92,24 +109,47 @@ def graph_autocast(autocast: Callable[[], AbstractContextManager[Any]]
 
 
 class GraphPool:
-    """A model's buckets, captured on first use (or run eagerly: `capture=False`, the CPU
-    tests' way to check the fixed-shape arithmetic)."""
+    """A model's buckets, captured into one memory pool by `prepare` or on first use (or run
+    eagerly: `capture=False`, the CPU tests' way to check the fixed-shape arithmetic)."""
 
     def __init__(self, model: torch.nn.Module, autocast: Callable[[], AbstractContextManager[Any]],
-                 capture: bool = True):
-        self.model, self.capture = model, capture
+                 cache_kw: str, capture: bool = True):
+        self.model, self.cache_kw, self.capture = model, cache_kw, capture
         self.autocast = graph_autocast(autocast)
         self.w = Weights.of(model)
+        self.device = self.w.embed.device
         self.buckets: dict[tuple[int, int], Bucket] = {}
+        self.pool: Any = None  # the graphs' shared memory pool, made at the first capture
+
+    def kv_dtype(self) -> torch.dtype:
+        """The dtype of the KV cache the model's own prefill writes (a one-token prefill)."""
+        ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        cache = DynamicCache()
+        prefill(self.model, ids, torch.ones_like(ids), cache, self.autocast, self.cache_kw)
+        return cache.layers[0].keys.dtype
+
+    def prepare(self, rows: Iterable[int], columns: int) -> None:
+        """Capture, largest first, the buckets of batches of each of `rows` rows whose
+        prompt and response fit in `columns`: before the run, so none captures in it."""
+        dtype = self.kv_dtype()
+        span = span_bucket(columns)
+        for r in sorted({rows_bucket(r) for r in rows}, reverse=True):
+            self.bucket(r, span, dtype)
 
     def bucket(self, rows: int, columns: int, dtype: torch.dtype) -> Bucket:
-        key = (rows_bucket(rows), span_bucket(columns))
-        b = self.buckets.get(key)
-        if b is None:
-            b = Bucket(self.w, *key, self.w.embed.device, dtype)
-            if self.capture:
-                b.capture(self.autocast)
-            self.buckets[key] = b
+        """The bucket for a batch of `rows` rows and `columns` columns: the narrowest one
+        made that holds it, else a new one, captured now."""
+        r, span = rows_bucket(rows), span_bucket(columns)
+        fits = [s for (br, s) in self.buckets if br == r and s >= span]
+        if fits:
+            return self.buckets[(r, min(fits))]
+        b = Bucket(self.w, r, span, self.device, dtype)
+        if self.capture:
+            with CAPTURE_LOCK:
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
+                b.capture(self.autocast, self.pool)
+        self.buckets[(r, span)] = b
         return b
 
 
@@ -144,4 +184,5 @@ class GraphDecoder(Tokens):
         bk.col.fill_(t)
         bk.mask[:, t] = True
         logits = bk.run(self.pool.autocast)
-        return logits[:b, -1].float().clone()  # the bucket's buffer is rewritten next step
+        # one copy, in float32: the bucket's buffer is rewritten by the next step
+        return logits[:b, -1].to(torch.float32, copy=True)

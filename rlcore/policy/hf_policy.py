@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
-from rlcore.policy.device import resolve_device
+from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import ChunkedSampler, Draws, Generation
 from rlcore.policy.sampling_weights import SamplingCopy, hold, sampling_dtype
@@ -149,6 +149,9 @@ class HFPolicy:
         self.device = device or resolve_device(
             model_cfg.trainer_device if role == "trainer" else model_cfg.rollout_device, role
         )
+        # A role builds its policy in the thread that computes with it: that thread's calls
+        # that name no device (a library's) then act on this one
+        bind(self.device)
         self.train_cfg = train_cfg
         self.objective = objective(train_cfg.objective)
         self.loss = self.objective.loss_fn()
@@ -223,6 +226,15 @@ class HFPolicy:
     @decoders.setter
     def decoders(self, value: Decoders) -> None:
         self._decoders = value
+
+    def prepare_decoding(self, rows: Iterable[int], prompts: Iterable[tuple[str, str | None]],
+                         max_new_tokens: int) -> None:
+        """Before the run: capture the `graph` steps of batches of each of `rows` rows from
+        these (prompt, system) pairs (other decoders keep nothing: no prompt is encoded)."""
+        if self.decoders.graphs is None:
+            return
+        widest = max((len(self.encode_prompt(p, system)) for p, system in prompts), default=1)
+        self.decoders.prepare(rows, widest + max_new_tokens)
 
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0

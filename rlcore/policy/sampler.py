@@ -89,20 +89,23 @@ FINISH_LAG = {"cuda": 2}
 
 class FinishWatch:
     """Whether every row of a batch has finished, read `lag` steps late: a flag is read once
-    `lag` more have been pushed, by then (on a GPU) copied back without stalling the device."""
+    `lag` more have been pushed, by then (on a GPU) copied back without stalling the device.
 
-    def __init__(self, lag: int):
-        self.lag = lag
+    On CUDA the copy is queued on the current stream of `device`, the flags' device, and an
+    event recorded on that same stream says when it has landed; the current device of the
+    calling thread plays no part."""
+
+    def __init__(self, lag: int, device: torch.device):
+        self.lag, self.device = lag, device
         self.pending: deque[tuple[torch.Tensor, Any]] = deque()
 
     def push(self, flag: torch.Tensor) -> None:
-        """The flag (0-d bool) of the step just queued."""
+        """The flag (0-d bool, on `device`) of the step just queued."""
         event = None
-        if flag.is_cuda:
+        if self.device.type == "cuda":
             host = torch.empty((), dtype=torch.bool, pin_memory=True)
-            host.copy_(flag, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
+            host.copy_(flag, non_blocking=True)  # on the current stream of flag's device
+            event = torch.cuda.current_stream(self.device).record_event()
             flag = host
         self.pending.append((flag, event))
 
@@ -225,7 +228,8 @@ class ChunkedSampler:
                              device=self.done_rows.device)  # [B, n]
         toks, logps, live, versions = [], [], [], []
         contexts: list[int] = []  # the decoder's context at each forward
-        watch = FinishWatch(FINISH_LAG.get(self.done_rows.device.type, 0))
+        dev = self.done_rows.device
+        watch = FinishWatch(FINISH_LAG.get(dev.type, 0), dev)
         pad = torch.full_like(self.done_rows, self.policy.pad_id, dtype=torch.long)
         for j in range(n):
             logp = torch.log_softmax(self.next_logits / self.temperature, dim=-1)  # [B, V]

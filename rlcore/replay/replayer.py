@@ -73,6 +73,10 @@ class Replay:
         self.advantages: dict[int, float] = {}  # sample id: as trained by an applied update
         self.rewards = RewardPool(cfg.reward)
         self.tasks = preflight(cfg)
+        # the buckets the live roles captured before their run: a replay decodes in the same
+        self.rollout.prepare_decoding(range(1, cfg.train.update_batch_size + 1),
+                                      [(t.prompt, t.system) for t in self.tasks],
+                                      cfg.rollout.max_new_tokens)
         self._stream = PromptStream(self.tasks, cfg.seed)
         self._prompts: list[Prompt] = []
         self.tokens: Counter[str] = Counter()

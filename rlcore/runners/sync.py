@@ -52,6 +52,9 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
     t_load = clock.now()
     # One process holds both roles, so it uses the trainer's device (the paper's sync_train).
     policy = HFPolicy(cfg.model, cfg.train, role="trainer", clock=clock)
+    policy.prepare_decoding([cfg.train.update_batch_size],
+                            [(t.prompt, t.system) for t in train_tasks],
+                            cfg.rollout.max_new_tokens)
     cold_start_s = clock.now() - t_load
     stream = PromptStream(train_tasks, cfg.seed)
     ro, groups = cfg.rollout, cfg.train.update_batch_size // cfg.rollout.group_size

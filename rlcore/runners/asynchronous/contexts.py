@@ -47,6 +47,9 @@ class RolloutContext(WorkerContext):
     """A rollout worker: prompts in, samples out to the inbox."""
 
     device: torch.device
+    # The run's training prompts as (prompt, system), on CUDA only: a captured decoder
+    # captures, before the barrier, the steps of batches as wide as the widest
+    prompts: tuple[tuple[str, str | None], ...]
     prompt_q: Queue  # lists of prompt slots from the controller
     counters: Counters  # per worker: [prompt slots taken, rollout messages sent]
     stop: Flag

@@ -132,6 +132,9 @@ def rollout_main(ctx: RolloutContext) -> None:
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device, clock=clock)
     params = ctx.slots.ordered(dict(policy.model.named_parameters()))
     local_version = ctx.slots.read_into(params)
+    # a batch takes up to update_batch_size prompts: capture each width's step now
+    policy.prepare_decoding(range(1, cfg.train.update_batch_size + 1), ctx.prompts,
+                            cfg.rollout.max_new_tokens)
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), clock.now() - t_load))
     generate_until_stopped(ctx, policy, params, local_version)
 

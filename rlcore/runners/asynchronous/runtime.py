@@ -9,7 +9,7 @@ module only moves messages to it and watches the workers' health (`health.py`).
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,6 +42,7 @@ from rlcore.runners.asynchronous.weight_slots import (
     trainable_spec,
 )
 from rlcore.runners.common import preflight
+from rlcore.tasks.suites import Task
 
 POLL_S = 0.05
 
@@ -76,6 +77,7 @@ class Lifecycle:
         self.cfg, self.v, self.clock = cfg, vehicle, vehicle.clock
         self.n_rollout, self.n_trainer = cfg.runtime.rollout_workers, cfg.runtime.trainer_workers
         self.slots, self.devices, self.cpus = slots, devices, cpus
+        self.prompts: tuple[tuple[str, str | None], ...] = ()  # the rollouts' (a live run's)
         v = vehicle
         self.inbox, self.prompt_q, self.commit_q = v.queue(), v.queue(), v.queue()
         self.trainer_qs = [v.queue() for _ in range(self.n_trainer)]
@@ -103,7 +105,8 @@ class Lifecycle:
             name = f"rollout{i}"
             self.v.start(name, roles.rollout, RolloutContext(
                 **self._common(name, i), device=self.devices["rollout"],
-                prompt_q=self.prompt_q, counters=self.counters, stop=self.stop_evt))
+                prompts=self.prompts, prompt_q=self.prompt_q, counters=self.counters,
+                stop=self.stop_evt))
         for i in range(self.n_trainer):
             name = f"trainer{i}"
             self.v.start(name, roles.trainer, TrainerContext(
@@ -192,7 +195,7 @@ class Runtime(Lifecycle):
     """A live run's life cycle: the roles load the model, weights move through shared
     slots, and a barrier waits for every role to be ready."""
 
-    def __init__(self, cfg: RunConfig, vehicle: Vehicle):
+    def __init__(self, cfg: RunConfig, vehicle: Vehicle, tasks: Sequence[Task]):
         rt = cfg.runtime
         m = cfg.model
         devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
@@ -208,6 +211,8 @@ class Runtime(Lifecycle):
         cpus, self.unpinned_reason = placement(rt, devices)
         super().__init__(cfg, vehicle, slots, devices, cpus)
         self.slots: WeightSlots = slots
+        if devices["rollout"].type == "cuda":
+            self.prompts = tuple((t.prompt, t.system) for t in tasks)
         self.watchdog = Watchdog(self) if vehicle.processes else None
 
     def launch(self, roles: Roles = Roles()) -> None:
@@ -240,6 +245,7 @@ class Runtime(Lifecycle):
         if self.watchdog is not None:
             self.watchdog.done.set()
         super().shutdown()
+        self.slots.close()  # after the workers: a thread's copy may still be in flight
 
 
 def role_peaks(stopped: dict[str, Stopped]) -> dict[str, int | None]:
@@ -259,7 +265,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
     tasks = preflight(cfg)
     pin(cfg)
     # Built before the run directory is opened: a bad device or model config fails here.
-    runtime = Runtime(cfg, vehicle)
+    runtime = Runtime(cfg, vehicle, tasks)
     ledger = RunLedger(cfg, out_dir, force=force, clock=vehicle.clock)
     controller: Controller | None = None
     try:

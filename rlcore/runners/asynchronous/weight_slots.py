@@ -21,15 +21,21 @@ compared (a reader), so the counter still says when a copy is whole.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import threading
 import time
+import warnings
+import weakref
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from rlcore.config import ConfigError
+from rlcore.policy.device import wait_for
 from rlcore.runners.asynchronous.interfaces import LockedArray
 
 TRANSPORTS = ("host", "pinned", "device")
@@ -92,10 +98,87 @@ def resolve_transport(setting: str, rollout: torch.device) -> str:
     return setting
 
 
-def _sync(tensors: list[torch.Tensor]) -> None:
-    """Wait for the copies queued on each CUDA device among `tensors` (CPU-only: nothing)."""
-    for dev in {t.device for t in tensors if t.is_cuda}:
-        torch.cuda.synchronize(dev)
+# cudaHostRegister of a range the driver already holds page-locked
+HOST_MEMORY_ALREADY_REGISTERED = 712
+
+
+def cudart_library() -> ctypes.CDLL | None:
+    """The CUDA runtime this process loaded (torch's), for what its binding lacks; None if
+    none is loaded."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = sorted({line.split()[-1] for line in maps.splitlines()
+                    if "/libcudart.so" in line.split()[-1]})
+    return ctypes.CDLL(paths[0]) if paths else None
+
+
+def clear_cuda_error() -> int:
+    """Read and reset this thread's last CUDA runtime error (0: none). torch's binding of
+    cudaHostRegister leaves a failure's code set, and the next kernel launch in the thread,
+    whatever it is, would then raise it."""
+    lib = cudart_library()
+    return int(lib.cudaGetLastError()) if lib is not None else 0
+
+
+class HostPins:
+    """Host buffers page-locked for CUDA in this process: registered once, under a lock
+    (two threads' first copies may ask together), and unregistered by `release`, or when
+    the owner is collected, while the buffers are still alive (a range freed while
+    registered leaves the driver a stale registration, which a later registration at the
+    reused address meets as error 712)."""
+
+    _lock = threading.Lock()  # one registration or release at a time in the process
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor] = []  # registered here, by this object
+        self.done = False
+        self._finalizer: weakref.finalize | None = None
+
+    def register(self, owner: object, buffers: list[torch.Tensor]) -> None:
+        """Page-lock `buffers` unless done already; undo and raise on a refusal."""
+        with self._lock:
+            if self.done:
+                return
+            cudart = torch.cuda.cudart()
+            for b in buffers:
+                err = int(cudart.cudaHostRegister(b.data_ptr(), b.numel() * b.element_size(), 0))
+                if err == 0:
+                    self.buffers.append(b)
+                    continue
+                clear_cuda_error()
+                if err == HOST_MEMORY_ALREADY_REGISTERED:
+                    # pinned already, by a registration this process did not make here: the
+                    # copy is as fast; it is not ours to undo
+                    warnings.warn(f"a weight slot of {b.numel() * b.element_size()} bytes was "
+                                  "already page-locked (CUDA error 712); using it as it is",
+                                  RuntimeWarning, stacklevel=2)
+                    continue
+                self._unregister(self.buffers)
+                raise RuntimeError(
+                    f"cudaHostRegister refused the weight slots' shared memory (error {err}): "
+                    "set runtime.weight_transport: host or device")
+            self.done = True
+            self._finalizer = weakref.finalize(owner, HostPins._release, self.buffers)
+
+    def release(self) -> None:
+        """Unregister what `register` page-locked (nothing if nothing was)."""
+        if self._finalizer is not None:
+            self._finalizer()  # runs once: the collector will not run it again
+
+    @classmethod
+    def _release(cls, buffers: list[torch.Tensor]) -> None:
+        with cls._lock:
+            cls._unregister(buffers)
+
+    @staticmethod
+    def _unregister(buffers: list[torch.Tensor]) -> None:
+        cudart = torch.cuda.cudart()
+        for b in buffers:
+            if int(cudart.cudaHostUnregister(b.data_ptr())) != 0:
+                clear_cuda_error()
+        buffers.clear()
 
 
 class WeightSlots:
@@ -123,7 +206,7 @@ class WeightSlots:
             return t.share_memory_() if shared else t
 
         self.transport = transport
-        self._registered = False  # pinned: page-locked for CUDA in this process yet
+        self._pins = HostPins()  # pinned: what this process page-locked for CUDA
         self.spec = spec
         self.names = [n for n, _, _ in spec]
         sizes: dict[torch.dtype, int] = {}
@@ -160,7 +243,7 @@ class WeightSlots:
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         del state["slots"]  # rebuilt from the buffers, so only those cross to a process
-        state["_registered"] = False  # page-locking is per process
+        state["_pins"] = HostPins()  # page-locking is per process
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
@@ -171,24 +254,21 @@ class WeightSlots:
         """pinned: page-lock the buffers in this process before its first copy to or from a
         GPU (registration is per process, and a process that never copies to a GPU, as the
         parameter service, never initialises CUDA)."""
-        if self.transport != "pinned" or self._registered or not any(t.is_cuda for t in tensors):
-            return
-        cudart = torch.cuda.cudart()
-        for buffers in self._buffers:
-            for b in buffers.values():
-                err = cudart.cudaHostRegister(b.data_ptr(), b.numel() * b.element_size(), 0)
-                if int(err) != 0:
-                    raise RuntimeError(
-                        f"cudaHostRegister refused the weight slots' shared memory (error "
-                        f"{int(err)}): set runtime.weight_transport: host or device")
-        self._registered = True
+        if self.transport == "pinned" and not self._pins.done and any(t.is_cuda for t in tensors):
+            self._pins.register(self, [b for buffers in self._buffers for b in buffers.values()])
+
+    def close(self) -> None:
+        """Undo this process's page-locking of the slots (the slots stay usable as host
+        memory); the runtime calls it when the run ends."""
+        self._pins.release()
 
     def _copy(self, dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
         """One multi-tensor copy, finished before it returns even where it runs on a GPU."""
         self._pin_for(src + dst)
-        # non_blocking only from page-locked or device memory; then wait for it below
+        # non_blocking only from page-locked or device memory; then wait for it below: on the
+        # streams that copied, never the whole device (a capture may be under way)
         torch._foreach_copy_(dst, src, non_blocking=self.transport != "host")
-        _sync(dst + src)
+        wait_for(t.device for t in dst + src)
 
     def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Detached views of `named` in slot order (KeyError names a missing tensor).

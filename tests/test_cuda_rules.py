@@ -1,0 +1,302 @@
+"""CUDA's rules for rlcore's GPU paths, checked on CPU against a fake `torch.cuda`
+(`tests/fake_cuda.py`): every call names the role's device, whatever device is current in
+the calling thread; captures run one at a time and never beside a wait; the transports wait
+on streams, never on a device; pinned slots are registered once and unregistered."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlcore.policy import device as device_mod
+from rlcore.policy.decode_step import Weights
+from rlcore.policy.decoders import cache_keyword
+from rlcore.policy.graphs import Bucket, GraphDecoder, GraphPool
+from rlcore.policy.sampler import FinishWatch
+from rlcore.runners.asynchronous import weight_slots as ws
+from rlcore.runners.asynchronous.vehicles import Threads
+from tests.fake_cuda import FakeCuda
+from tests.test_decoders import batch, qwen2
+
+CUDA1 = torch.device("cuda", 1)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    return FakeCuda().install(monkeypatch)
+
+
+class TestEveryCallNamesTheRolesDevice:
+    """A policy on cuda:1 in a thread whose current device is cuda:0 (the paper's sync runs
+    and every replay) captures, replays, records and waits on cuda:1 only."""
+
+    def bucket_on_cuda1(self) -> Bucket:
+        model = qwen2(4, 2)
+        b = Bucket(Weights.of(model), 2, 128, torch.device("cpu"), torch.float32)
+        b.device = CUDA1  # the buffers stay on the CPU; every CUDA call must name cuda:1
+        return b
+
+    def test_a_bucket_captures_and_replays_on_its_own_device(self, cuda: FakeCuda):
+        b = self.bucket_on_cuda1()
+        assert cuda.current() == 0
+        b.capture(contextlib.nullcontext, pool=("pool", 0))
+        b.run(contextlib.nullcontext)
+        assert cuda.devices() == {1}
+        assert [c.what for c in cuda.calls].count("capture") == 1
+        assert cuda.devices("replay") == {1} and cuda.current() == 0  # left as it was
+
+    def test_the_finish_flag_is_recorded_on_the_flags_device(self, cuda: FakeCuda,
+                                                             monkeypatch: pytest.MonkeyPatch):
+        empty = torch.empty
+
+        def unpinned(*args: object, pin_memory: bool = False, **kw: object) -> torch.Tensor:
+            return empty(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(torch, "empty", unpinned)
+        watch = FinishWatch(lag=1, device=CUDA1)
+        for flag in (False, True, False):
+            watch.push(torch.tensor(flag))
+        assert watch.seen()  # the True, one push late
+        assert cuda.devices("record_event") == {1}
+        assert cuda.devices("event_synchronize") == {1}
+
+    def test_waits_name_each_cuda_device_and_never_the_whole_device(self, cuda: FakeCuda):
+        device_mod.wait_for([CUDA1, torch.device("cpu"), CUDA1, torch.device("cuda", 0)])
+        assert sorted(c.device for c in cuda.calls) == [0, 1]
+        assert {c.what for c in cuda.calls} == {"stream_synchronize"}
+
+    def test_a_policy_binds_its_device_in_the_thread_that_builds_it(
+            self, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch):
+        from rlcore.config import config_from_dict
+        from rlcore.policy import hf_policy
+        from tests.conftest import small_config
+
+        bound: list[tuple[str, str]] = []
+        monkeypatch.setattr(hf_policy, "bind", lambda d: bound.append(
+            (threading.current_thread().name, str(d))))
+        cfg = config_from_dict(small_config(tiny_model_dir))
+        t = threading.Thread(target=hf_policy.HFPolicy, args=(cfg.model, cfg.train),
+                             name="role-thread")
+        t.start()
+        t.join()
+        assert bound == [("role-thread", "cpu")]
+
+
+class TestCapturesAreAloneAndBeforeTheRun:
+    def test_prepare_captures_each_rows_bucket_largest_first_into_one_pool(
+            self, cuda: FakeCuda):
+        model = qwen2(4, 2)
+        pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model))
+        pool.prepare(range(1, 6), columns=200)
+        assert list(pool.buckets) == [(8, 256), (4, 256), (2, 256), (1, 256)]
+        assert [c.what for c in cuda.calls].count("capture") == 4
+        # a later, narrower batch takes a prepared bucket: nothing is captured in the run
+        ids, mask = batch([3, 5, 4])
+        d = GraphDecoder(pool, ids, mask, cache_keyword(model), 16)
+        d.refill()
+        assert d.bucket is pool.buckets[(4, 256)]
+        assert [c.what for c in cuda.calls].count("capture") == 4
+
+    def test_two_threads_capturing_at_once_take_turns(self, cuda: FakeCuda):
+        cuda.capture_pause_s = 0.05
+        models = [qwen2(4, 2, seed=s) for s in (0, 1)]
+        pools = [GraphPool(m, contextlib.nullcontext, cache_keyword(m)) for m in models]
+        failed: list[BaseException] = []
+
+        def capture(pool: GraphPool) -> None:
+            try:
+                pool.bucket(2, 64, torch.float32)
+            except BaseException as e:
+                failed.append(e)
+
+        threads = [threading.Thread(target=capture, args=(p,)) for p in pools]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failed
+        (s0, e0, _), (s1, e1, _) = sorted(cuda.captures)
+        assert e0 <= s1  # one after the other
+
+    def test_a_transport_wait_never_falls_inside_another_threads_capture(
+            self, cuda: FakeCuda):
+        cuda.capture_pause_s = 0.2
+        model = qwen2(4, 2)
+        pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model))
+        started = threading.Event()
+        waits: list[float] = []
+
+        def waiter() -> None:
+            started.wait()
+            for _ in range(20):
+                device_mod.wait_for([torch.device("cuda", 0)])
+                waits.append(time.perf_counter())
+                time.sleep(0.01)
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        started.set()
+        pool.bucket(2, 64, torch.float32)
+        t.join()
+        ((s, e, _),) = cuda.captures
+        assert not [w for w in waits if s < w < e]
+        assert not [c for c in cuda.calls if c.what.endswith("synchronize") and c.capturing]
+
+
+class TestPinnedSlotsHaveALifetime:
+    """cudaHostRegister once per process, under a lock; cudaHostUnregister when the slots
+    close or are collected; error 712 cleared and reported."""
+
+    class Driver:
+        def __init__(self, delay_s: float = 0.0):
+            self.pinned: set[int] = set()
+            self.calls: list[tuple[str, int]] = []
+            self.delay_s = delay_s
+
+        def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:  # noqa: N802
+            time.sleep(self.delay_s)  # the binding releases the GIL for seconds at 0.5B
+            self.calls.append(("register", ptr))
+            if ptr in self.pinned:
+                return ws.HOST_MEMORY_ALREADY_REGISTERED
+            self.pinned.add(ptr)
+            return 0
+
+        def cudaHostUnregister(self, ptr: int) -> int:  # noqa: N802
+            self.calls.append(("unregister", ptr))
+            self.pinned.discard(ptr)
+            return 0
+
+    @pytest.fixture
+    def driver(self, monkeypatch: pytest.MonkeyPatch) -> Driver:
+        d = self.Driver()
+        monkeypatch.setattr(torch.cuda, "cudart", lambda: d)
+        self.cleared: list[int] = []
+        monkeypatch.setattr(ws, "clear_cuda_error", lambda: self.cleared.append(1) or 712)
+        return d
+
+    def slots(self) -> ws.WeightSlots:
+        spec = [("a", (64,), torch.float32), ("b", (8,), torch.float16)]
+        return ws.WeightSlots(spec, 2, Threads().locked_array(4), shared=False,
+                              transport="pinned")
+
+    ON_GPU = [SimpleNamespace(is_cuda=True)]
+
+    def test_three_rounds_of_slots_register_and_unregister_cleanly(self, driver: Driver):
+        for close in (True, False, True):  # the second is only collected
+            slots = self.slots()
+            slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
+            slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
+            assert len(driver.pinned) == 4  # 2 slots x 2 dtypes, once
+            if close:
+                slots.close()
+            del slots
+            gc.collect()
+            assert not driver.pinned
+        assert not self.cleared
+        registers = [p for what, p in driver.calls if what == "register"]
+        assert len(registers) == 12
+
+    def test_two_threads_first_copies_register_once(self, driver: Driver):
+        driver.delay_s = 0.02
+        slots = self.slots()
+        threads = [threading.Thread(target=slots._pin_for, args=(self.ON_GPU,))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [w for w, _ in driver.calls].count("register") == 4
+        slots.close()
+
+    def test_already_registered_memory_is_cleared_and_reported(self, driver: Driver):
+        slots = self.slots()
+        first = slots._buffers[0][torch.float32]
+        driver.pinned.add(first.data_ptr())  # a registration that is not the slots'
+        with pytest.warns(RuntimeWarning, match="already page-locked"):
+            slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
+        assert self.cleared == [1]
+        slots.close()
+        assert driver.pinned == {first.data_ptr()}  # not ours to undo
+
+    def test_a_refusal_undoes_the_registrations_and_says_what_to_set(
+            self, driver: Driver, monkeypatch: pytest.MonkeyPatch):
+        slots = self.slots()
+        register = driver.cudaHostRegister
+        calls = iter(range(100))
+        monkeypatch.setattr(driver, "cudaHostRegister",
+                            lambda p, s, f: 2 if next(calls) == 2 else register(p, s, f))
+        with pytest.raises(RuntimeError, match="weight_transport: host or device"):
+            slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
+        assert not driver.pinned and self.cleared == [1]
+
+
+# CUDA calls that act on whatever device is current, or wait on a whole device
+IMPLICIT = re.compile(r"torch\.cuda\.(Stream|current_stream|Event)\(\)|torch\.cuda\.synchronize\("
+                      r"|\.record\(\)|torch\.cuda\.graph\([a-z_.]+\)")
+
+
+def test_rlcore_makes_no_cuda_call_that_names_no_device():
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+             for p in sorted((ROOT / "rlcore").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if IMPLICIT.search(line)]
+    assert not found, "\n".join(found)
+
+
+class TestRolesPrepareBeforeTheClockStarts:
+    def test_off_graph_nothing_is_prepared_and_no_prompt_encoded(self, tiny_model_dir: Path):
+        from rlcore.config import config_from_dict
+        from rlcore.policy.hf_policy import HFPolicy
+        from tests.conftest import small_config
+
+        cfg = config_from_dict(small_config(tiny_model_dir))
+        policy = HFPolicy(cfg.model, cfg.train)
+
+        def prompts():  # type: ignore[no-untyped-def]
+            raise AssertionError("encoded")
+            yield
+
+        policy.prepare_decoding([4], prompts(), 8)
+
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    def test_each_role_that_samples_prepares_before_the_measured_clock(
+            self, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            mode: str):
+        from rlcore.config import config_from_dict
+        from rlcore.policy import hf_policy
+        from rlcore.policy.hf_policy import HFPolicy
+        from rlcore.record.ledger import RunLedger
+        from rlcore.runners import run_mode
+        from tests.conftest import small_config
+
+        seen: list[tuple[str, object]] = []
+        bound: set[tuple[str, str]] = set()
+        monkeypatch.setattr(hf_policy, "bind", lambda d: bound.add(
+            (threading.current_thread().name, str(d))))
+        start = RunLedger.start_clock
+        monkeypatch.setattr(HFPolicy, "prepare_decoding", lambda self, rows, prompts, m:
+                            seen.append(("prepare", (list(rows), len(list(prompts)), m))))
+        monkeypatch.setattr(RunLedger, "start_clock", lambda self: (
+            seen.append(("start", None)), start(self))[1])
+        cfg = config_from_dict(small_config(tiny_model_dir, mode=mode,
+                                            train={"updates": 1, "update_batch_size": 8}))
+        run_mode(cfg, tmp_path / mode)
+        assert [what for what, _ in seen] == ["prepare", "start"]
+        # each thread that computes bound its role's device itself (the final weights are
+        # read into a CPU policy by the main thread after the run)
+        roles = ({("MainThread", "cpu")} if mode == "sync" else
+                 {("rollout0", "cpu"), ("trainer0", "cpu"), ("MainThread", "cpu")})
+        assert bound == roles
+        rows, n_prompts, max_new = seen[0][1]  # type: ignore[misc]
+        assert rows == ([8] if mode == "sync" else list(range(1, 9))) and max_new == 5
+        # sync has its training prompts at hand; on CPU a live run hands its rollouts none,
+        # since nothing there will capture
+        assert (n_prompts == 0) == (mode == "async")
