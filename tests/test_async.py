@@ -79,7 +79,8 @@ def check_invariants(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
         [(v, v + 1) for v in range(cfg.train.updates)]
     assert summary["policy_version"] == cfg.train.updates
 
-    assert summary["gpu_peak_bytes"] == {"rollout": None, "trainer": None}  # on CPU
+    assert summary["gpu_peak_bytes"] == {"rollout": None, "trainer": None,  # on CPU
+                                         "weight_slots": None}
 
     # each trained sample was trained exactly once, in the batch the sample row names
     trained_ids = [i for u in updates for i in u["sample_ids"]]
@@ -388,7 +389,7 @@ def test_parameter_service_reports_each_verdict_with_the_trainers_stats():
     from rlcore.runners.asynchronous.messages import CommitAck, CommitRequest
     from rlcore.runners.asynchronous.param_service import verdict
 
-    req = CommitRequest(trainer=1, batch_id=7, slot=2, base_version=3, finite=True,
+    req = CommitRequest(trainer=1, batch_id=7, slot=2, base_version=3, updated=True,
                         stats={"loss": 0.5}, t_start=9.0, t_sent=10.0)
     done = verdict(req, CommitAck(True, 4, next_slot=0, t=10.25), commit_s=0.01)
     assert (done.trainer, done.batch_id, done.applied, done.version, done.base_version) \

@@ -129,10 +129,11 @@ class PlanTrainer(TrainerRole[PlanTrain]):
         self.clock.charge(Update(tokens=req.tokens))
         return {}
 
-    def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float) -> None:
+    def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float,
+                updated: bool) -> None:
         self.clock.charge(Weights("write", self.ctx.slots.nbytes))
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
-                                            self.version, True, stats, t_start,
+                                            self.version, updated, stats, t_start,
                                             self.clock.now()))
 
     def refuse(self, req: PlanTrain, reason: str, stats: dict[str, float],

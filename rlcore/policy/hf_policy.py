@@ -37,6 +37,12 @@ from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.model_dir import check_model_dir
+from rlcore.policy.optim_steps import (
+    SKIPPED_STEPS,
+    check_skip_streak,
+    optimizer_step,
+    step_means,
+)
 from rlcore.policy.sampler import ChunkedSampler, Draws, Generation
 from rlcore.policy.sampling_weights import SamplingCopy, hold, sampling_dtype
 
@@ -185,6 +191,7 @@ class HFPolicy:
             eps=train_cfg.adam_eps, weight_decay=train_cfg.weight_decay,
         )
         self.scaler = torch.amp.GradScaler("cuda") if self.use_fp16 else None
+        self.skipped_in_a_row = 0  # optimizer steps the scaler skipped since one applied
 
     # --- text ---------------------------------------------------------------------------
     def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]:
@@ -304,7 +311,8 @@ class HFPolicy:
 
     def update(self, batch: TrainBatch, *, temperature: float, current_version: int
                ) -> dict[str, float]:
-        """One policy update (train.minibatches optimizer steps); returns mean stats and times."""
+        """One policy update (train.minibatches optimizer steps); returns mean stats, step
+        counts and times, from which `commit_verdict` says whether it commits."""
         cfg, clock = self.train_cfg, self.clock
         t0 = clock.now()
         prox_all = None
@@ -330,10 +338,11 @@ class HFPolicy:
     def _steps(self, batch: TrainBatch, parts: list[list[int]],
                prox_all: list[list[float]] | None, *, temperature: float,
                current_version: int) -> dict[str, float]:
-        """An update's optimizer steps, one per part of the batch; returns mean stats."""
+        """An update's optimizer steps, one per part of the batch; returns the means of their
+        stats over the steps applied (over every step when none was) and the step counts."""
         cfg = self.train_cfg
         self.model.train(False)
-        totals: dict[str, float] = {}
+        done: list[tuple[dict[str, float], bool]] = []  # each step's stats, and if it applied
         for idx in parts:
             mb = batch.select(idx)
             logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
@@ -353,15 +362,16 @@ class HFPolicy:
                 loss.backward()
             clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, clip))
-            if self.scaler is not None:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                self.optimizer.step()
-            for k, v in {**stats.as_dict(), "loss": loss.item(), "grad_norm": grad_norm}.items():
-                totals[k] = totals.get(k, 0.0) + v / cfg.minibatches
-        if self.sampling_copy is not None:
-            self.sampling_copy.refresh()
+            applied = optimizer_step(self.optimizer, self.scaler)
+            self.skipped_in_a_row = 0 if applied else self.skipped_in_a_row + 1
+            done.append(({**stats.as_dict(), "loss": loss.item(), "grad_norm": grad_norm},
+                         applied))
+        totals = step_means(done)
+        if totals[SKIPPED_STEPS] < len(done):
+            if self.sampling_copy is not None:
+                self.sampling_copy.refresh()
+        else:
+            check_skip_streak(self.skipped_in_a_row, self.scaler)
         return totals
 
     # --- state --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ in the one vocabulary `docs/metrics.md` defines:
             trained in a batch or not, dropped as stale) and records the row, final from then
             on; `drop_interrupted` records a slot whose last attempt was interrupted;
   updates   `record_update`, one row per applied commit, computed from its settled samples;
+            `count_skipped_steps`, the loss scaler's skipped steps of every update computed;
   events    `event`, checked against `EVENT_FIELDS`; `span` and `busy` time the roles;
   schedule  what timing decided (`rlcore/record/schedule.py`): `generation`, `trainer_steps` and
             `commit`, plus a record from every `settle`, `drop_interrupted` and
@@ -35,6 +36,7 @@ from rlcore.algo.staleness import rollout_version, staleness, token_staleness
 from rlcore.clock import WALL, Clock
 from rlcore.config import RunConfig
 from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.optim_steps import STEP_KEYS
 from rlcore.policy.sampler import Generation
 from rlcore.policy.sampling_weights import DTYPE_NAMES, sampling_dtype
 from rlcore.record.identity import RunId
@@ -101,6 +103,7 @@ class RunLedger:
         self.token_staleness: dict[str, list[int]] = {"accepted": [], "dropped_stale": []}
         self.tokens = {"sampled": 0, "reprefilled": 0, "kv_kept": 0, "abandoned": 0,
                        "interrupted": 0, "trained": 0}
+        self.skipped_steps = 0
         self.load = LoadMeter()
         self._worker_cpu_s = 0.0
         self.schedule = ScheduleLog()
@@ -245,7 +248,7 @@ class RunLedger:
             "staleness_mean": sum(r["staleness"] for r in rows) / len(rows),
             "staleness_max": max(r["staleness"] for r in rows),
             "tokens": sum(r["response_tokens"] for r in rows),
-            **stats,
+            **{k: v for k, v in stats.items() if k not in STEP_KEYS},
             "t_commit": t_commit,
         }
         self.updates.append(row)
@@ -287,6 +290,7 @@ class RunLedger:
         return LedgerSnapshot(
             cfg=self.cfg, samples=tuple(self.samples), updates=tuple(self.updates),
             tokens=dict(self.tokens), event_counts=dict(self.event_counts),
+            skipped_steps=self.skipped_steps,
             reload_s=tuple(self.reload_s),
             token_staleness={k: tuple(v) for k, v in self.token_staleness.items()},
             startup_s=self.startup_s,
@@ -294,6 +298,11 @@ class RunLedger:
             job_s=self.startup_s + time.perf_counter() - self._host_t0,
             spans={r: metrics.merge_spans(self.spans[r]) for r in ROLES},
             busy_s={r: self.busy_s(r) for r in ROLES})
+
+    def count_skipped_steps(self, steps: int) -> None:
+        """Optimizer steps of an update, applied or not, that the fp16 loss scaler skipped
+        (`optim_steps.skipped_steps`)."""
+        self.skipped_steps += steps
 
     def count_tokens(self, *, sampled: int = 0, reprefilled: int = 0, kv_kept: int = 0,
                      abandoned: int = 0) -> None:

@@ -26,6 +26,7 @@ class LedgerSnapshot:
     updates: Sequence[dict[str, Any]]  # updates.jsonl rows
     tokens: Mapping[str, int]  # the samplers' token counts: sampled, reprefilled, ...
     event_counts: Mapping[str, int]  # events by kind: resubmission, update_skipped, ...
+    skipped_steps: int  # optimizer steps the fp16 loss scaler skipped, in every update
     reload_s: Sequence[float]  # each weight reload of a rollout worker
     token_staleness: Mapping[str, Sequence[int]]  # per-token staleness, by sample status
     startup_s: float  # the job's start-up before the run began
@@ -130,6 +131,7 @@ def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
         },
         "scheduling": {
             "skipped_commits": led.event_counts["update_skipped"],
+            "skipped_steps": led.skipped_steps,
             "waits": waits,
             "controller_ms_per_sample": 1000 * led.busy_s["controller"] / max(len(samples), 1),
             "weight_sync": {"transport": weight_transport, "rollout_dtype": rollout_dtype,

@@ -39,6 +39,7 @@ class ReplayOutcome:
     schedule: Schedule
     rows: Mapping[tuple[int, int], Replayed]  # (slot, attempt): the generated row
     update_stats: Mapping[int, tuple[dict[str, float], float]]  # batch id: stats, time
+    skipped_steps: int  # optimizer steps the loss scaler skipped, in every update replayed
     advantages: Mapping[int, float]  # sample id: the advantage its applied update used
     spans: Sequence[tuple[str, str, float, float, int]]  # role, worker, start, end, samples
     prompt: Callable[[int], Prompt]  # the prompt of a group id
@@ -48,6 +49,7 @@ def record_replay(led: RunLedger, rp: ReplayOutcome) -> None:
     """Write the replayed run through the ledger, record by record in the original order,
     so that its files line up with the original's."""
     s = rp.schedule
+    led.count_skipped_steps(rp.skipped_steps)
     for role, worker, start, end, samples in sorted(rp.spans, key=lambda x: x[3]):
         # a replay re-executes a schedule, timed but not tallied: its spans carry no work
         led.span(role, worker, start, end, samples=samples, work={})
@@ -82,6 +84,9 @@ def record_replay(led: RunLedger, rp: ReplayOutcome) -> None:
                     del waiting[item.batch_id]
                     _record_update(led, rp, item)
             else:
+                if item.outcome == "skipped":  # decided by a service, or by sync
+                    led.event("commit_skipped", version=item.version, batch_id=item.batch_id,
+                              trainer=item.trainer, reason=item.reason)
                 led.event("update_skipped", batch_id=item.batch_id, trainer=item.trainer,
                           reason=item.reason)
     if waiting:

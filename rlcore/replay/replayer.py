@@ -33,9 +33,11 @@ from rlcore.kernels import cpu_name, pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device
 from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy, state_digest
+from rlcore.policy.optim_steps import NO_STEP_APPLIED, UpdateFailed, commit_verdict, skipped_steps
 from rlcore.policy.sampler import ChunkedSampler, Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
 from rlcore.record.schedule import (
+    Commit,
     Divergence,
     GenerationRecord,
     Schedule,
@@ -70,6 +72,7 @@ class Replay:
         self.uses = self._version_uses()
         self.rows: dict[tuple[int, int], Replayed] = {}
         self.update_stats: dict[int, tuple[dict[str, float], float]] = {}  # batch: stats, t
+        self.skipped_steps = 0  # the loss scaler's, in every update replayed
         self.advantages: dict[int, float] = {}  # sample id: as trained by an applied update
         self.rewards = RewardPool(cfg.reward)
         self.tasks = preflight(cfg)
@@ -89,6 +92,7 @@ class Replay:
         """What the replay computed, for its record."""
         return ReplayOutcome(schedule=self.schedule, rows=self.rows,
                              update_stats=self.update_stats, advantages=self.advantages,
+                             skipped_steps=self.skipped_steps,
                              spans=self.spans, prompt=self.prompt)
 
     # --- inputs ----------------------------------------------------------------------------
@@ -286,23 +290,22 @@ class Replay:
         return TrainStep(op, batch, commit.version if commit.outcome == "applied" else None)
 
     def _took(self, done: StepDone) -> None:
-        """What the trainer process computed: a span, and for an applied update its checks,
-        its statistics and the version it published."""
+        """What the trainer process computed: a span, its update's verdict against the
+        schedule's, and for an applied update its checks, its statistics and the version it
+        published."""
         op = done.op
         t0, t1 = self.ledger.on_clock(done.t0), self.ledger.on_clock(done.t1)
         if op.op == "load":
             return
         commit = self.schedule.commits[op.batch]
         self.spans.append(("trainer", f"trainer{op.trainer}", t0, t1, len(commit.sample_ids)))
+        stats = done.stats
+        assert stats is not None
+        self.skipped_steps += skipped_steps(stats)
+        check_held(commit, stats)
         if commit.outcome != "applied":
             return
-        stats = done.stats
-        assert stats is not None and done.state is not None
-        if not (torch.isfinite(torch.tensor(stats["loss"])) and
-                torch.isfinite(torch.tensor(stats["grad_norm"]))):
-            raise ScheduleError(f"the update of batch {commit.batch_id} is not finite here, so "
-                                "the parameter service would have skipped it: the schedule "
-                                "cannot be held (choose gentler train settings)")
+        assert done.state is not None
         self.update_stats[commit.batch_id] = ({**stats, **IN_PLACE_COMMIT}, t1)
         if self.uses[commit.version] > 0:
             with self.walk.cond:
@@ -315,6 +318,28 @@ class Replay:
         """The rollout policy holding the last published version (what the run ended with)."""
         self.load_rollout(self.final_version())
         return self.rollout
+
+
+def check_held(commit: Commit, stats: dict[str, float]) -> None:
+    """The replay's own update of a batch agrees with the schedule's verdict on it wherever
+    that verdict was the update's (applied, or skipped for applying no optimizer step); a
+    ScheduleError otherwise, since the versions the schedule names would not be these."""
+    batch = f"batch {commit.batch_id}"
+    try:
+        skip = commit_verdict(stats)
+    except UpdateFailed as e:
+        raise ScheduleError(f"the update of {batch} is not finite here, so the run would have "
+                            f"stopped at it: the schedule cannot be held (choose gentler "
+                            f"train settings): {e}") from None
+    if commit.outcome == "applied" and skip is not None:
+        raise ScheduleError(f"the run applied the update of {batch} (making version "
+                            f"{commit.version}), but here it applied none of its optimizer "
+                            f"steps ({skip}): the schedule cannot be held")
+    if commit.outcome == "skipped" and commit.reason == NO_STEP_APPLIED and skip is None:
+        raise ScheduleError(f"the run skipped the commit of {batch} ({NO_STEP_APPLIED}), but "
+                            "here its update applied an optimizer step: the schedule cannot "
+                            "be held (the run's loss scaler decided it: replay it with its "
+                            "model.dtype on its device, under its train settings)")
 
 
 class RecordedLook:
@@ -395,7 +420,8 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
                    "rollout_ratio_s": 0.0},
             placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
             devices={"rollout": device, "trainer": device}, weight_transport="none",
-            gpu_peak_bytes=dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(replay.device)),
+            gpu_peak_bytes={**dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(replay.device)),
+                            "weight_slots": None},
             replay=info, run_id=original.run_id().replayed_under(cfg.train.objective))
     finally:
         if replay is not None:

@@ -3,7 +3,10 @@
 Each step samples `update_batch_size` responses with the current policy, rewards them,
 applies one update and bumps the policy version. Rollout and training never overlap, so
 every sample has staleness 0 and is accepted; the measured busy spans show the barrier.
-Its schedule is fixed by the config alone: batch v holds slots v*B .. v*B + B - 1.
+An update that applied no optimizer step (the fp16 loss scaler skipped every one) is a
+skipped commit that bumps nothing, as in the asynchronous modes (`commit_verdict`), and, as
+there, `train.updates` counts applied updates. Its schedule is fixed by the config and those
+skips: batch b holds slots b*B .. b*B + B - 1 (b = v while no update was skipped).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.optim_steps import commit_verdict, skipped_steps
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
 from rlcore.record.schedule import GenerationRecord, TrainerOp
@@ -33,7 +37,8 @@ ROLLOUT, CONTROLLER, TRAINER = "rollout0", "controller", "trainer0"
 
 
 def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict[str, Any]:
-    """Run the synchronous loop for cfg.train.updates updates; returns the summary."""
+    """Run the synchronous loop until cfg.train.updates updates applied; returns the
+    summary."""
     train_tasks = preflight(cfg)
     clock = clock_for(cfg.runtime, seed=cfg.seed)
     ledger = RunLedger(cfg, out_dir, force=force, clock=clock)
@@ -63,9 +68,10 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
 
     ledger.start_clock()
     ledger.event("run_start", cold_start_s=cold_start_s)
-    for version in range(cfg.train.updates):
+    version = batch_id = 0  # the version counts applied updates, the batch every one
+    while version < cfg.train.updates:  # the policy ends an endless run of skips
         prompts = [p for p in stream.take(groups) for _ in range(ro.group_size)]
-        slots = [version * len(prompts) + i for i in range(len(prompts))]
+        slots = [batch_id * len(prompts) + i for i in range(len(prompts))]
         t0 = ledger.now()
         clock.take_work()  # what came before the step is no span's
         sampler = policy.sampler([policy.encode_prompt(p.task.prompt, p.task.system)
@@ -91,24 +97,37 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
             rewards.admit(ids[-1], p, result)
         batch = train_batch([r["reward"] for r in results], [p.group_id for p in prompts],
                             gens, cfg)
-        rows = [ledger.settle(i, "accepted", current_version=version, batch_id=version,
-                              advantage=a) for i, a in zip(ids, batch.advantages, strict=True)]
-        clock.charge(Handle(samples=len(rows)))
+        clock.charge(Handle(samples=len(ids)))
         t2 = ledger.now()
-        ledger.span("controller", CONTROLLER, t1, t2, samples=len(rows),
+        ledger.span("controller", CONTROLLER, t1, t2, samples=len(ids),
                     work=clock.take_work())
         waiting_for_data += t2 - t0
         stats = policy.update(batch, temperature=ro.temperature, current_version=version)
         t3 = ledger.now()
-        ledger.span("trainer", TRAINER, t2, t3, samples=len(rows), work=clock.take_work())
-        ledger.event("version_change", old_version=version, new_version=version + 1,
-                     batch_id=version, trainer=0)
-        ledger.trainer_steps([TrainerOp(0, version, "update", version, batch_id=version)])
-        ledger.commit(batch_id=version, trainer=0, base_version=version, sample_ids=ids,
-                      outcome="applied", version=version + 1, reason="")
-        up = ledger.record_update(version + 1, version, ids, {**stats, **IN_PLACE_COMMIT},
-                                  t_commit=t3)
-        progress(version + 1, up["pass_rate"], ledger.tokens["trained"], t3)
+        ledger.span("trainer", TRAINER, t2, t3, samples=len(ids), work=clock.take_work())
+        ledger.count_skipped_steps(skipped_steps(stats))
+        skip = commit_verdict(stats)
+        for i, a in zip(ids, batch.advantages, strict=True):  # trained if the update applied
+            ledger.settle(i, "accepted", current_version=version,
+                          batch_id=batch_id if skip is None else None,
+                          advantage=a if skip is None else None)
+        if skip is None:
+            ledger.event("version_change", old_version=version, new_version=version + 1,
+                         batch_id=batch_id, trainer=0)
+        else:
+            ledger.event("commit_skipped", version=version, batch_id=batch_id, trainer=0,
+                         reason=skip)
+            ledger.event("update_skipped", batch_id=batch_id, trainer=0, reason=skip)
+        ledger.trainer_steps([TrainerOp(0, batch_id, "update", version, batch_id=batch_id)])
+        ledger.commit(batch_id=batch_id, trainer=0, base_version=version, sample_ids=ids,
+                      outcome="applied" if skip is None else "skipped",
+                      version=version + (skip is None), reason=skip or "")
+        if skip is None:
+            version += 1
+            up = ledger.record_update(version, batch_id, ids, {**stats, **IN_PLACE_COMMIT},
+                                      t_commit=t3)
+            progress(version, up["pass_rate"], ledger.tokens["trained"], t3)
+        batch_id += 1
 
     device = str(policy.device)
     return ledger.finish(
@@ -117,4 +136,5 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
                "rollout_throttle_s": 0.0, "rollout_ratio_s": 0.0},
         placement={"cpus": {}, "unpinned_reason": "sync runs both roles in one thread"},
         devices={"rollout": device, "trainer": device}, weight_transport="none",
-        gpu_peak_bytes=dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(policy.device)))
+        gpu_peak_bytes={**dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(policy.device)),
+                        "weight_slots": None})

@@ -18,6 +18,7 @@ from typing import Any
 from rlcore.algo.staleness import rollout_version
 from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
+from rlcore.policy.optim_steps import skipped_steps
 from rlcore.policy.sampler import Generation
 from rlcore.record.ledger import RunLedger
 from rlcore.runners.asynchronous.interfaces import Channels
@@ -150,6 +151,7 @@ class Controller:
         items = [i.payload for i in batch.items]
         self._record_commit(msg, len(items))
         self.ledger.trainer_steps(msg.ops)
+        self.ledger.count_skipped_steps(skipped_steps(msg.stats))
         outcome = "applied" if msg.applied else \
             "skipped" if msg.commit_s is not None else "refused"
         self.ledger.commit(batch_id=msg.batch_id, trainer=msg.trainer,

@@ -86,7 +86,9 @@ class CommitRequest:
     batch_id: int
     slot: int
     base_version: int
-    finite: bool
+    # The update applied an optimizer step (the paper's `updated`, from `commit_verdict`);
+    # the service skips the commit of one that did not.
+    updated: bool
     stats: dict[str, float] = field(default_factory=dict)
     t_start: float = 0.0  # the run's clock when the trainer started the update
     t_sent: float = 0.0  # ... and when it sent this request

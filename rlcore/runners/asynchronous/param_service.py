@@ -2,17 +2,19 @@
 
 Weights live in `WeightSlots` (`weight_slots.py`): one current slot, and a staging slot per
 trainer into which it writes its candidate state. A commit is decided here alone: if the
-candidate was computed from the current version and is finite, the service publishes the
-staging slot as current at the next version (the paper's Listing 2, without a copy: the old
-current slot becomes the trainer's next staging slot). Otherwise the commit is recorded as
-skipped and the version does not move. The planner runs the same service on a store without
-weights (`rlcore/plan/roles.py::Versions`).
+candidate was computed from the current version and its update applied an optimizer step,
+the service publishes the staging slot as current at the next version (the paper's Listing
+2, without a copy: the old current slot becomes the trainer's next staging slot). Otherwise
+the commit is recorded as skipped and the version does not move (§4.4: an update whose
+every step the fp16 loss scaler skipped is a commit with no update). The planner runs the
+same service on a store without weights (`rlcore/plan/roles.py::Versions`).
 """
 
 from __future__ import annotations
 
 from rlcore.clock import Clock
 from rlcore.clock.work import Commit
+from rlcore.policy.optim_steps import NO_STEP_APPLIED
 from rlcore.runners.asynchronous.contexts import ParamServiceContext
 from rlcore.runners.asynchronous.interfaces import WeightStore
 from rlcore.runners.asynchronous.messages import (
@@ -34,8 +36,8 @@ class ParamService:
     def commit(self, req: CommitRequest) -> CommitAck:
         self.clock.charge(Commit())
         current, version = self.slots.head()
-        if not req.finite:
-            reason = "non-finite loss or gradient"
+        if not req.updated:
+            reason = NO_STEP_APPLIED
         elif req.base_version != version:
             reason = f"stale base (candidate from v{req.base_version}, current v{version})"
         else:  # the old current slot becomes the trainer's next staging slot

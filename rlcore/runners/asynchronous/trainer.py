@@ -2,14 +2,17 @@
 
 It never mutates the global state (paper §4.3): it writes its candidate into its own staging
 slot and asks the parameter service to commit it. If the service skips the commit (another
-trainer moved the clock first, or the update was not finite), the trainer reloads the current
-state and its candidate is discarded.
+trainer moved the clock first, or the update applied no optimizer step because the fp16 loss
+scaler skipped every one: `commit_verdict`), the trainer reloads the current state and its
+candidate is discarded.
 
 The commit round trip is pipelined: when the next batch is already queued, the trainer starts
 computing it from its own candidate (which the service will almost always apply) and collects
 the verdict before writing the next candidate. If the verdict was a skip, the update computed
-on the rejected candidate is discarded too and reported as skipped. The controller hears of a
-commit from the parameter service at once, not from the trainer one update later.
+on the rejected candidate is discarded too and reported as skipped. A candidate the service
+is sure to skip (its update applied no step) is not computed on: its verdict is taken at
+once. The controller hears of a commit from the parameter service at once, not from the
+trainer one update later.
 
 For the schedule, the trainer numbers its own steps (a `load` of the published state, an
 `update` of a batch) and sends them with its next message: together with the verdicts they
@@ -19,7 +22,6 @@ candidate was rejected.
 
 from __future__ import annotations
 
-import math
 import queue
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
@@ -27,6 +29,7 @@ from typing import Generic, TypeVar
 from rlcore.clock.work import Weights
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.optim_steps import commit_verdict
 from rlcore.record.schedule import TrainerOp
 from rlcore.runners.asynchronous.contexts import TrainerContext
 from rlcore.runners.asynchronous.messages import (
@@ -82,8 +85,9 @@ class TrainerLoop(ABC, Generic[R, A]):
         """Compute the update of the batch from `version`; returns its statistics."""
 
     @abstractmethod
-    def propose(self, req: R, stats: dict[str, float], t_start: float) -> None:
-        """Write the candidate and ask the parameter service to commit it."""
+    def propose(self, req: R, stats: dict[str, float], t_start: float, updated: bool) -> None:
+        """Write the candidate and ask the parameter service to commit it (`updated`: its
+        update applied an optimizer step)."""
 
     @abstractmethod
     def refuse(self, req: R, reason: str, stats: dict[str, float], t_start: float) -> None:
@@ -121,13 +125,16 @@ class TrainerLoop(ABC, Generic[R, A]):
             self.refuse(req, f"staleness {stale} > K at the trainer", {}, t_start)
             return
         stats = self.update(req)
+        skip = commit_verdict(stats)  # raises for an applied step that was not finite
         if self.pending and not self.settle():
             # computed on a rejected candidate (or no verdict came): discard it as well
             self.refuse(req, "its base candidate was not committed", stats, t_start)
             return
-        self.propose(req, stats, t_start)
+        self.propose(req, stats, t_start, updated=skip is None)
         self.pending = True
         self.version += 1  # what the weights will be once the service applies the candidate
+        if skip is not None:
+            self.settle()  # the service skips it: nothing is worth computing on top of it
 
     def settle(self) -> bool | None:
         """Read the verdict on the pending commit (the service reports it to the controller):
@@ -207,14 +214,14 @@ class Trainer(TrainerRole[TrainRequest]):
         self.step("update", self.version, req.batch_id)
         return stats
 
-    def propose(self, req: TrainRequest, stats: dict[str, float], t_start: float) -> None:
+    def propose(self, req: TrainRequest, stats: dict[str, float], t_start: float,
+                updated: bool) -> None:
         t_write = self.clock.now()
         self.ctx.slots.write(self.slot, self.params)
         self.clock.charge(Weights("write", self.ctx.slots.nbytes))
         stats["time/weight_write_s"] = self.clock.now() - t_write
-        finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
-                                            self.version, finite, stats, t_start,
+                                            self.version, updated, stats, t_start,
                                             self.clock.now(), self.report(),
                                             self.clock.take_work()))
 
