@@ -125,6 +125,34 @@ class TestCostModel:
         with pytest.raises(ConfigError, match="cpu-2core"):
             load_profile("no-such-machine")
 
+    def test_shipped_profiles_say_what_they_priced(self):
+        """Every shipped profile priced transformers' forward (hf) and copies through shared
+        host memory: the GPU ones on CUDA, cpu-2core on a CPU."""
+        for path in sorted(HARDWARE_DIR.glob("*.yaml")):
+            p = load_profile(path.stem)
+            kind = "cpu" if path.stem == "cpu-2core" else "cuda"
+            assert (p.decode_path, p.weight_transport, p.device_type) == ("hf", "host", kind)
+
+    def test_what_a_profile_priced_is_no_cost_and_leaves_its_digest_alone(self):
+        """The labels are not costs: a profile's digest, which every virtual run records,
+        is the same with them and without them."""
+        for path in sorted(HARDWARE_DIR.glob("*.yaml")):
+            p = load_profile(path.stem)
+            bare = dataclasses.replace(p, decode_path=None, weight_transport=None,
+                                       device_type=None)
+            assert p.digest() == bare.digest()
+            assert p.seconds(Decode(4, 16, 400)) == bare.seconds(Decode(4, 16, 400))
+
+    def test_a_profile_names_only_paths_that_exist(self, tmp_path: Path):
+        data = yaml.safe_load((HARDWARE_DIR / "cpu-2core.yaml").read_text())
+        data.update(decode_path="eager", device_type="gpu")
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump(data))
+        with pytest.raises(ConfigError) as e:
+            load_profile(str(bad))
+        assert "'decode_path' is \"eager\"" in str(e.value) and "hf, static, graph" in str(e.value)
+        assert "cpu, cuda" in str(e.value)
+
 
 def run_roles(clock: VirtualClock, roles: dict[str, Any]) -> None:
     """Start each role's function on the clock, then let the main role wait them out."""
@@ -525,6 +553,51 @@ class TestCalibrate:
                                                 "accelerator": AcceleratorCost(0.2)}
         assert sharing(gpu0, gpu1, 16, 0.2) == {"cpu": CpuCost(None, 0.2), "accelerator": None}
 
+    def test_a_stamp_waits_for_the_device(self, monkeypatch: pytest.MonkeyPatch):
+        """On a GPU a kernel launch returns before its kernel ends: each stamp waits for the
+        work queued on the device first, so the work's device time is in its own stamp."""
+        import time
+
+        import torch
+
+        from rlcore.measure import timings
+
+        gpu = torch.device("cuda:0")
+        waited: list[tuple[torch.device, ...]] = []
+
+        def wait_for(devices: Any) -> None:  # the device still has 50 ms of queued work
+            waited.append(tuple(devices))
+            time.sleep(0.05)
+
+        monkeypatch.setattr(timings, "wait_for", wait_for)
+        clock = timings.StampClock([gpu])
+        clock.mark()
+        clock.charge(Prefill(calls=1, tokens=8))
+        assert waited == [(gpu,)] * 3  # at the start, the mark and the charge
+        [(work, seconds)] = clock.take()
+        assert work == Prefill(calls=1, tokens=8) and seconds >= 0.05
+
+    def test_weight_copies_are_timed_through_the_configs_transport(
+            self, cfg: Any, monkeypatch: pytest.MonkeyPatch):
+        """The slots timed are those the config's runtime.weight_transport resolves to (the
+        device transport keeps no shared memory, so none is asked for)."""
+        from rlcore.measure import timings
+        from rlcore.runners.asynchronous.weight_slots import WeightSlots
+
+        built: list[dict[str, Any]] = []
+
+        def slots(*args: Any, **kwargs: Any) -> WeightSlots:  # record, then copy on this CPU
+            built.append(kwargs)
+            return WeightSlots(*args, shared=False)
+
+        monkeypatch.setattr(timings, "WeightSlots", slots)
+        monkeypatch.setattr(timings, "shared_memory_free", lambda path="": 1024)
+        monkeypatch.setattr(timings, "resolve_transport", lambda setting, device: "device")
+        write, read, transport = timings.time_weights(cfg, 1)
+        assert transport == "device" and len(built) == 3
+        assert all(b["transport"] == "device" and not b["shared"] for b in built)
+        assert write.n == read.n == 3
+
     @pytest.mark.slow
     def test_calibrate_writes_a_profile_that_loads(self, cfg: Any, tmp_path: Path):
         from rlcore.measure.calibrate import calibrate, write_profile
@@ -537,3 +610,6 @@ class TestCalibrate:
         # the sampler and the update were timed: their prices are positive
         assert loaded.seconds(Decode(steps=1, rows=4, row_context=40)) > 0
         assert loaded.seconds(Update(tokens=100)) > 0
+        # what it priced: the config's decode path and transport on this CPU
+        assert (loaded.decode_path, loaded.weight_transport, loaded.device_type) == (
+            "static", "host", "cpu")

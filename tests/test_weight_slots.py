@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from rlcore.config import ConfigError
+from rlcore.policy.device import resolve_transport
 from rlcore.runners.asynchronous.vehicles import Processes
-from rlcore.runners.asynchronous.weight_slots import WeightSlots, resolve_transport
+from rlcore.runners.asynchronous.weight_slots import WeightSlots
 
 # 300 tensors (Qwen2.5-0.5B has 290), two dtypes: more than the 256 file descriptors that
 # Python's fork server passes to a new process, had each tensor its own.

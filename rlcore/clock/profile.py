@@ -16,6 +16,11 @@ only a fit to live runs measures (a profile without it leaves that time out).
 their speed wanders about its mean as a live machine's does; `accelerator`, when given,
 says that the rollout worker and the trainers compute on one accelerator, so that their
 device work (`DEVICE_WORK`) slows each other's.
+
+`decode_path`, `weight_transport` and `device_type` say what the costs are of: the decode
+path and weight transport that were timed (or derived), on which kind of device. A virtual
+run or plan whose config would take another path there says so (`profile_mismatch` in its
+summary, rlcore/record/summary.py).
 """
 
 from __future__ import annotations
@@ -166,6 +171,19 @@ class HardwareProfile:
     kernels: str | None = dataclasses.field(default=None, metadata={
         "help": "the kernel level they were measured with (runtime.kernels: portable or "
                 "native); null or absent: not recorded"})
+    decode_path: str | None = dataclasses.field(default=None, metadata={
+        "help": "the decode path `decode` and `prefill` price (model.decode as a run resolves "
+                "it, rlcore/policy/decoders.py); null or absent: not recorded",
+        "enum": ["hf", "static", "graph"]})
+    weight_transport: str | None = dataclasses.field(default=None, metadata={
+        "help": "the weight transport `weight_write` and `weight_read` price "
+                "(runtime.weight_transport as a run resolves it); null or absent: not recorded",
+        "enum": ["host", "pinned", "device"]})
+    device_type: str | None = dataclasses.field(default=None, metadata={
+        "help": "the kind of device the roles computed on: a virtual run or plan resolves its "
+                "config's auto devices to it, to compare the decode path and transport it "
+                "would take with those priced; null or absent: not recorded",
+        "enum": ["cpu", "cuda"]})
 
     def prices(self, work: Work) -> bool:
         """Whether this profile prices `work` at all: not when it leaves the work's optional
@@ -212,13 +230,15 @@ class HardwareProfile:
         return dataclasses.asdict(self)
 
     def digest(self) -> str:
-        """A short digest of the costs (not the prose), recorded with every virtual run."""
+        """A short digest of the costs (not the prose, nor the labels of what they price),
+        recorded with every virtual run."""
         costs = {k: v for k, v in self.to_dict().items() if isinstance(v, dict)}
         return hashlib.sha256(json.dumps(costs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
-OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels")
+OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
+                 "weight_transport", "device_type")
 
 
 def optional_section(name: str) -> dict[str, float]:

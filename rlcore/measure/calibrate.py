@@ -39,6 +39,7 @@ from rlcore.measure.timings import (
     time_sampling,
     time_updates,
     time_weights,
+    weight_copies,
 )
 from rlcore.policy.device import resolve_device
 
@@ -47,9 +48,10 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     """Time every term on this machine for `cfg`'s model and devices; returns the profile
     and a report of each term's fit."""
     pin(cfg)
-    decode, prefill = time_sampling(cfg, reps)
+    copies = weight_copies(cfg)  # shared memory too small for the slots: refused before timing
+    decode, prefill, decode_path = time_sampling(cfg, reps)
     update = time_updates(cfg, reps)
-    write, read = time_weights(cfg, reps)
+    write, read, transport = time_weights(cfg, reps)
     answer_s = time_rewards(cfg, 2000)
     math_s = time_rewards(cfg, 200, "math")
     controller = time_controller(cfg, 5 * reps, answer_s)
@@ -76,7 +78,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         commit=CommitCost(commit_s),
         **sharing(resolve_device(cfg.model.rollout_device, "rollout"),
                   resolve_device(cfg.model.trainer_device, "trainer"), cores, slowdown),
-        host=cpu_name(), kernels=cfg.runtime.kernels)
+        host=cpu_name(), kernels=cfg.runtime.kernels, decode_path=decode_path,
+        weight_transport=transport, device_type=copies.rollout.type)
     fits = {"decode": decode, "prefill": prefill, "update": update, "weight_write": write,
             "weight_read": read, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
@@ -87,7 +90,9 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
                f"\n  gil_share     decode {decode_gil:.2f}, update {update_gil:.2f}"
                f"\n  sharing       {cores} cores; concurrent slowdown {slowdown:.2f} (medians "
                "of 5, decode beside updates and the reverse), to "
-               f"{'accelerator' if profile.accelerator else 'cpu'}")
+               f"{'accelerator' if profile.accelerator else 'cpu'}"
+               f"\n  priced        decode path {decode_path}, weight transport {transport}, on "
+               f"{copies.rollout.type}")
     return profile, report
 
 

@@ -314,6 +314,8 @@ def priced(base: HardwareProfile, fit: InSituFit, drift: DriftFit | None, name: 
     kernels = sorted({r.kernels for r in runs})
     data.update(
         name=name, host=", ".join(cpus), kernels=", ".join(kernels), model_bytes=None,
+        # the paths the runs took are theirs, not the base's: not recorded
+        decode_path=None, weight_transport=None, device_type=None,
         machine=f"{', '.join(cpus)}: the runs' own machine, under their own contention",
         source=(f"rlcore calibrate --from-runs, {time.strftime('%Y-%m-%d')}, "
                 f"{sum(len(r.spans) for r in runs)} spans of {len(runs)} runs "

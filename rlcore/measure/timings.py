@@ -7,6 +7,11 @@ harness, the controller's message handling and the parameter service's commit. A
 the sizes the fit sees are exactly those a virtual run will be charged for. Each term is fit
 by least squares with non-negative coefficients over a few sizes and repetitions, with its
 relative residual (`rlcore calibrate`, `calibrate.py`).
+
+The decode path and the weight transport timed are those the config resolves to on this
+machine (`model.decode`, `runtime.weight_transport`), and the profile records them. On a GPU
+the device's queued work is waited for before every stamp, on the streams this thread
+queued it on (`rlcore.policy.device.wait_for`), so a stamp holds the work's device time.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -28,8 +33,8 @@ import torch
 
 from rlcore.clock.clock import WallClock
 from rlcore.clock.work import Decode, Prefill, Update, Work
-from rlcore.config import RunConfig
-from rlcore.policy.device import resolve_device
+from rlcore.config import ConfigError, RunConfig
+from rlcore.policy.device import resolve_device, resolve_transport, wait_for
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -47,6 +52,8 @@ from rlcore.runners.asynchronous.vehicles import Threads
 from rlcore.runners.asynchronous.weight_slots import (
     ParamSpec,
     WeightSlots,
+    check_shared_memory,
+    shared_memory_free,
     spec_bytes,
     trainable_spec,
 )
@@ -61,18 +68,24 @@ CHUNK = 4
 
 class StampClock(WallClock):
     """The wall clock, stamping each charged piece of work with the seconds since the last
-    stamp (or `mark`)."""
+    stamp (or `mark`); with CUDA `devices`, once the work queued on them has run (a kernel
+    launch returns before its kernel ends)."""
 
-    def __init__(self) -> None:
+    def __init__(self, devices: Iterable[torch.device] = ()) -> None:
         super().__init__()
+        self.devices = tuple(devices)
         self.stamps: list[tuple[Work, float]] = []
-        self._t = time.perf_counter()
+        self._t = self._stamp()
+
+    def _stamp(self) -> float:
+        wait_for(self.devices)
+        return time.perf_counter()
 
     def mark(self) -> None:
-        self._t = time.perf_counter()
+        self._t = self._stamp()
 
     def charge(self, work: Work) -> None:
-        t = time.perf_counter()
+        t = self._stamp()
         self.stamps.append((work, t - self._t))
         self._t = t
 
@@ -114,10 +127,12 @@ def random_ids(policy: HFPolicy, n: int, rng: random.Random) -> list[int]:
     return [rng.choice(ids) for _ in range(n)]
 
 
-def time_sampling(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
-    """Decode (steps, rows, row x context) and prefill (calls, tokens) on the rollout device."""
-    clock = StampClock()
-    policy = HFPolicy(cfg.model, cfg.train, role="rollout", clock=clock)
+def time_sampling(cfg: RunConfig, reps: int) -> tuple[Fit, Fit, str]:
+    """Decode (steps, rows, row x context) and prefill (calls, tokens) on the rollout device,
+    and the decode path they are of (`model.decode` resolved there)."""
+    device = resolve_device(cfg.model.rollout_device, "rollout")
+    clock = StampClock([device])
+    policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=device, clock=clock)
     policy.stop_ids = set()  # every row decodes every step: contexts up to the longest
     rng = random.Random(0)
     decode: list[tuple[Decode, float]] = []
@@ -140,7 +155,8 @@ def time_sampling(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
                 clock.take()
     return (nonneg_lstsq([[w.steps, w.rows, w.row_context] for w, _ in decode],
                          [s for _, s in decode]),
-            nonneg_lstsq([[w.calls, w.tokens] for w, _ in prefill], [s for _, s in prefill]))
+            nonneg_lstsq([[w.calls, w.tokens] for w, _ in prefill], [s for _, s in prefill]),
+            policy.decoders.kind)
 
 
 def random_batch(policy: HFPolicy, rows: int, prompt: int, response: int,
@@ -156,8 +172,9 @@ def random_batch(policy: HFPolicy, rows: int, prompt: int, response: int,
 
 def time_updates(cfg: RunConfig, reps: int) -> Fit:
     """An update (calls, padded tokens) on the trainer device, at a few batch shapes."""
-    clock = StampClock()
-    policy = HFPolicy(cfg.model, cfg.train, role="trainer", clock=clock)
+    device = resolve_device(cfg.model.trainer_device, "trainer")
+    clock = StampClock([device])
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer", device=device, clock=clock)
     rng = random.Random(1)
     m = cfg.train.minibatches
     shapes = [(rows, p, r) for rows in (max(m, 4), max(m, 16), max(m, 32))
@@ -193,39 +210,69 @@ def weight_scales(spec: ParamSpec, budget_bytes: float = 2.5e8) -> list[ParamSpe
     return out
 
 
-def time_weights(cfg: RunConfig, reps: int) -> tuple[Fit, Fit]:
-    """Writing a weight slot from the trainer's device and reading it onto the rollout's,
-    at three sizes (`weight_scales`)."""
+@dataclasses.dataclass(frozen=True)
+class WeightCopies:
+    """What `time_weights` copies: between which devices, by which transport, which states."""
+
+    trainer: torch.device
+    rollout: torch.device
+    transport: str  # `runtime.weight_transport` resolved for the rollout's device
+    scales: list[ParamSpec]  # `weight_scales`
+
+
+def weight_copies(cfg: RunConfig) -> WeightCopies:
+    """The weight copies `time_weights` times for `cfg`; refuses, before any slot exists,
+    slots that shared memory cannot hold (past its limit the process dies of SIGBUS)."""
     trainer = resolve_device(cfg.model.trainer_device, "trainer")
     rollout = resolve_device(cfg.model.rollout_device, "rollout")
+    transport = resolve_transport(cfg.runtime.weight_transport, rollout)
+    scales = weight_scales(trainable_spec(cfg.model.path))
+    if transport != "device":  # host and pinned slots live in shared memory, two at a time
+        try:
+            check_shared_memory(scales[-1], 2, shared_memory_free())
+        except ConfigError as e:
+            raise ConfigError(
+                f"rlcore calibrate times {transport} weight copies through two slots of up to "
+                f"the whole trainable state in shared memory: {e}. Here: give /dev/shm more, "
+                "or calibrate a rollout on a GPU with runtime.weight_transport: device") from e
+    return WeightCopies(trainer, rollout, transport, scales)
 
-    def synced() -> float:  # a host-to-device copy may return before its last bytes land
-        for device in {trainer, rollout}:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+
+def time_weights(cfg: RunConfig, reps: int) -> tuple[Fit, Fit, str]:
+    """Writing a weight slot from the trainer's device and reading it onto the rollout's,
+    at three sizes (`weight_scales`), by the transport the config resolves to (returned)."""
+    copies = weight_copies(cfg)
+    trainer, rollout, transport = copies.trainer, copies.rollout, copies.transport
+
+    def synced() -> float:  # a copy to or from a GPU may return before its last bytes land
+        wait_for([trainer, rollout])
         return time.perf_counter()
 
     writes: list[tuple[float, float]] = []
     reads: list[tuple[float, float]] = []
-    for spec in weight_scales(trainable_spec(cfg.model.path)):
-        slots = WeightSlots(spec, 2, Threads().locked_array(4), shared=True)
+    for spec in copies.scales:
+        slots = WeightSlots(spec, 2, Threads().locked_array(4), shared=transport != "device",
+                            transport=transport, device=rollout)
         src = [torch.randn(shape).to(dtype).to(trainer) for _, shape, dtype in spec]
         dst = [torch.empty(shape, dtype=dtype, device=rollout) for _, shape, dtype in spec]
         gb = slots.nbytes / 1e9
-        slots.write(0, src)
-        slots.publish(0, 0)
-        for rep in range(reps + 1):
-            t0 = synced()
-            slots.write(1, src)
-            t1 = synced()
-            slots.read_into(dst)
-            t2 = synced()
-            if rep:
-                writes.append((gb, t1 - t0))
-                reads.append((gb, t2 - t1))
+        try:
+            slots.write(0, src)
+            slots.publish(0, 0)
+            for rep in range(reps + 1):
+                t0 = synced()
+                slots.write(1, src)
+                t1 = synced()
+                slots.read_into(dst)
+                t2 = synced()
+                if rep:
+                    writes.append((gb, t1 - t0))
+                    reads.append((gb, t2 - t1))
+        finally:
+            slots.close()  # pinned: unregistered while its memory is still alive
         del slots, src, dst
     return (nonneg_lstsq([[1.0, g] for g, _ in writes], [s for _, s in writes]),
-            nonneg_lstsq([[1.0, g] for g, _ in reads], [s for _, s in reads]))
+            nonneg_lstsq([[1.0, g] for g, _ in reads], [s for _, s in reads]), transport)
 
 
 def time_rewards(cfg: RunConfig, n: int,

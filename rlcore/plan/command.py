@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rlcore.config import ConfigError, load_config
@@ -11,8 +12,10 @@ from rlcore.config.arguments import add_config, add_overrides, say_which_part_ru
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from rlcore.clock.profile import load_profile
     from rlcore.plan.lengths import chosen
     from rlcore.plan.planner import plan_sweep, sweep_values, table
+    from rlcore.record.summary import mismatch_warning
 
     say_which_part_runs(args.config)
     base = [*args.set, *([f"runtime.hardware={args.hardware}"] if args.hardware else [])]
@@ -30,6 +33,10 @@ def _plan(args: argparse.Namespace) -> int:
     first = plans[0]
     print(f"{args.config} on {first['hardware']}, {cfgs[0].train.updates} updates; "
           f"response lengths {first['lengths']}")
+    for line in dict.fromkeys(mismatch_warning(load_profile(c.runtime.hardware),
+                                               p["profile_mismatch"])
+                              for c, p in zip(cfgs, plans, strict=True) if p["profile_mismatch"]):
+        print(line, file=sys.stderr)
     print(table(plans, key))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from rlcore.plan.roles import Plan
 from rlcore.plan.sampler import LengthPolicy
 from rlcore.policy.generation import generate
 from rlcore.policy.sampler import Draws
+from rlcore.record.summary import profile_mismatch
 from rlcore.record.timing import stale_drop_rate, wasted_token_share
 from rlcore.tasks.prompts import PromptStream
 from rlcore.tasks.suites import Task
@@ -146,7 +147,8 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
 def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
          ) -> dict[str, Any]:
     """A plan of `cfg` on `profile` (default: `runtime.hardware`): the async figures (sync's
-    for a sync config), with sync's time beside them and the planner's own seconds."""
+    for a sync config), with sync's time beside them and the planner's own seconds, and where
+    the config would decode or copy otherwise than the profile priced (`profile_mismatch`)."""
     t0 = time.perf_counter()
     profile = profile or load_profile(cfg.runtime.hardware)
     sync = plan_sync(cfg, work, profile)
@@ -158,6 +160,7 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
     else:
         out = plan_async(cfg, work, profile)
     return {"mode": cfg.mode, "hardware": profile.name, "lengths": work.lengths.source,
+            "profile_mismatch": profile_mismatch(cfg, profile),
             **out, "sync_wall_s": sync["wall_s"],
             "speedup_vs_sync": sync["wall_s"] / out["wall_s"] if out["wall_s"] else 0.0,
             "plan_s": time.perf_counter() - t0}

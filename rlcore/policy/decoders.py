@@ -58,9 +58,14 @@ class Decoder(Protocol):
 
 def static_unsupported(model: torch.nn.Module) -> str | None:
     """Why `StaticDecoder` cannot mirror `model`'s forward; None when it can."""
-    cfg = getattr(model, "config", None)
+    return config_unsupported(getattr(model, "config", None), type(model).__name__)
+
+
+def config_unsupported(cfg: Any, name: str) -> str | None:
+    """Why `StaticDecoder` cannot mirror a model of config `cfg` (a transformers config, or
+    None), named `name`; None when it can."""
     if cfg is None or getattr(cfg, "model_type", None) != "qwen2":
-        return f"it mirrors Qwen2 decoders only, and this model is {type(model).__name__}"
+        return f"it mirrors Qwen2 decoders only, and this model is {name}"
     if cfg._attn_implementation != "sdpa":
         return f"it mirrors sdpa attention, and this model uses {cfg._attn_implementation}"
     if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
@@ -75,8 +80,12 @@ def resolve_decode(decode: str, model: torch.nn.Module) -> str:
     """`model.decode` for this model: `auto` is `graph` on CUDA and `static` elsewhere where
     the step can mirror the model, else `hf`; `static` on a model it cannot mirror, or
     `graph` off CUDA, is refused with the reason and what to set."""
-    why = static_unsupported(model)
-    device = next(model.parameters()).device
+    return decode_for(decode, static_unsupported(model), next(model.parameters()).device)
+
+
+def decode_for(decode: str, why: str | None, device: torch.device) -> str:
+    """`resolve_decode`'s rule for a model on `device` that the static step cannot mirror
+    for the reason `why` (None: it can)."""
     if decode == "auto":
         return "hf" if why else "graph" if device.type == "cuda" else "static"
     if decode in ("static", "graph") and why:
@@ -205,4 +214,5 @@ def stop_tensor(stop_ids: Collection[int], device: torch.device) -> torch.Tensor
 
 
 __all__ = ["Decoder", "Decoders", "HFDecoder", "StaticDecoder", "cache_keyword",
-           "resolve_decode", "static_unsupported", "stop_tensor"]
+           "config_unsupported", "decode_for", "resolve_decode", "static_unsupported",
+           "stop_tensor"]

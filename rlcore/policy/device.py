@@ -35,10 +35,33 @@ def resolve_device(spec: str, role: str) -> torch.device:
             raise ConfigError(
                 f"model.{role}_device is '{spec}' but this machine has {n} GPU"
                 f"{'s' if n != 1 else ''} (cuda:0 to cuda:{n - 1}): name one of those, or auto")
+        check_kernels(device, f"model.{role}_device is '{spec}'")
         return device
     if n == 0:
         return torch.device("cpu")
-    return torch.device(f"cuda:{min(1 if role == 'trainer' else 0, n - 1)}")
+    device = torch.device(f"cuda:{min(1 if role == 'trainer' else 0, n - 1)}")
+    check_kernels(device, f"model.{role}_device is 'auto'")
+    return device
+
+
+# Where the weight slots of the asynchronous runners live (`runtime.weight_transport`;
+# rlcore/runners/asynchronous/weight_slots.py).
+TRANSPORTS = ("host", "pinned", "device")
+
+
+def resolve_transport(setting: str, rollout: torch.device) -> str:
+    """`runtime.weight_transport` for a rollout on `rollout`: `auto` is `device` on CUDA and
+    `host` elsewhere; `pinned` and `device` need the rollout on CUDA."""
+    if setting == "auto":
+        return "device" if rollout.type == "cuda" else "host"
+    if setting not in TRANSPORTS:
+        raise ConfigError(f"runtime.weight_transport is {setting!r}; allowed: auto, "
+                          f"{', '.join(TRANSPORTS)}")
+    if setting != "host" and rollout.type != "cuda":
+        raise ConfigError(
+            f"runtime.weight_transport is '{setting}', which moves weights to and from a GPU, "
+            f"but the rollout runs on {rollout}: set runtime.weight_transport: host (or auto)")
+    return setting
 
 
 def peak_gpu_bytes(device: torch.device) -> int | None:

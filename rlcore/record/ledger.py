@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,8 @@ from rlcore.record.schedule import SCHEDULE_FILE, GenerationRecord, ScheduleLog,
 from rlcore.record.summary import (
     LedgerSnapshot,
     build_summary,
+    mismatch_warning,
+    profile_mismatch,
     reproducibility,
     staleness_stats,
 )
@@ -84,6 +87,9 @@ class RunLedger:
     def __init__(self, cfg: RunConfig, out_dir: str | Path, force: bool = False,
                  clock: Clock = WALL):
         self.cfg, self.clock = cfg, clock
+        self.profile_mismatch = profile_mismatch(cfg, clock.profile)  # None on the wall clock
+        if clock.profile is not None and self.profile_mismatch:
+            print(mismatch_warning(clock.profile, self.profile_mismatch), file=sys.stderr)
         self.dir = RunDirectory(out_dir, force=force)
         self.t0 = clock.now()
         # What the job spent before this run began: interpreter start, imports, config.
@@ -336,6 +342,7 @@ class RunLedger:
                                 rollout_dtype=DTYPE_NAMES[held],
                                 load=self.load.summary(self._worker_cpu_s))
         summary["clock"] = self.clock.describe()
+        summary["profile_mismatch"] = self.profile_mismatch
         summary["run"] = (run_id or RunId.of(self.cfg, summary["clock"])).to_dict()
         summary["gpu_peak_bytes"] = gpu_peak_bytes
         schedule = "\n".join(self.schedule.lines()) + "\n"

@@ -1,7 +1,8 @@
 """summary.json and staleness.json of a finished run, derived from its ledger (ledger.py).
 
 Pure derivations: nothing here records anything; every number comes from a frozen snapshot of
-the ledger's rows, spans and counts, in the vocabulary of `docs/metrics.md`.
+the ledger's rows, spans and counts, in the vocabulary of `docs/metrics.md`. A virtual run's
+`profile_mismatch` comes from its config, its profile and its model's config file.
 """
 
 from __future__ import annotations
@@ -10,9 +11,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from transformers import AutoConfig
+
 from rlcore.algo import metrics
-from rlcore.config import RunConfig
+from rlcore.clock.profile import HardwareProfile
+from rlcore.config import ConfigError, RunConfig
 from rlcore.kernels import cpu_name, in_force
+from rlcore.policy.decoders import config_unsupported, decode_for
+from rlcore.policy.device import resolve_device, resolve_transport
+from rlcore.policy.model_dir import check_model_dir
 
 SAMPLE_STATUSES = ("accepted", "dropped_stale", "dropped_interrupted")
 
@@ -183,3 +191,68 @@ def staleness_stats(led: LedgerSnapshot) -> dict[str, Any]:
         },
         "per_token": {k: metrics.histogram(v) for k, v in led.token_staleness.items()},
     }
+
+
+# --- what a virtual run's profile priced, against what its config would take ---------------
+
+def profile_mismatch(cfg: RunConfig, profile: HardwareProfile | None
+                     ) -> dict[str, dict[str, str]] | None:
+    """summary.json's `profile_mismatch`: {term: {"priced", "config"}} for each of the decode
+    path and (not in sync, which copies none) the weight transport that `cfg` would take
+    otherwise than `profile` priced, on the profile's kind of device; None without a profile."""
+    if profile is None:
+        return None
+    out: dict[str, dict[str, str]] = {}
+    decoding = "trainer" if cfg.mode == "sync" else "rollout"  # sync samples on the trainer
+    if profile.decode_path is not None:
+        would = decode_path_on(cfg, _device_type(cfg, decoding, profile.device_type))
+        if would != profile.decode_path:
+            out["decode_path"] = {"priced": profile.decode_path, "config": would}
+    if profile.weight_transport is not None and cfg.mode != "sync":
+        would = transport_on(cfg.runtime.weight_transport,
+                             _device_type(cfg, "rollout", profile.device_type))
+        if would != profile.weight_transport:
+            out["weight_transport"] = {"priced": profile.weight_transport, "config": would}
+    return out
+
+
+def mismatch_warning(profile: HardwareProfile, mismatch: dict[str, dict[str, str]]) -> str:
+    """The one line that says what a non-empty `profile_mismatch` found."""
+    label = {"decode_path": "decode path", "weight_transport": "weight transport"}
+    priced = " and ".join(f"{label[k]} {v['priced']}" for k, v in mismatch.items())
+    would = " and ".join(f"{label[k]} {v['config']}" for k, v in mismatch.items())
+    on = f" on its {profile.device_type} devices" if profile.device_type else ""
+    return (f"warning: hardware profile {profile.name} prices {priced}, where this config "
+            f"would take {would}{on}: the virtual seconds are those of the profile's "
+            "(profile_mismatch)")
+
+
+def _device_type(cfg: RunConfig, role: str, priced: str | None) -> str:
+    """The kind of device `role` would compute on where the profile's costs hold: `auto` is
+    the profile's kind (this machine's where it does not say), a named device its own."""
+    spec = cfg.model.trainer_device if role == "trainer" else cfg.model.rollout_device
+    if spec != "auto":
+        return torch.device(spec).type
+    return priced if priced is not None else resolve_device(spec, role).type
+
+
+def transport_on(setting: str, device_type: str) -> str:
+    """`runtime.weight_transport` for a rollout on a device of `device_type`, as the runtime
+    resolves it (`resolve_transport`); a setting the device cannot take stays as set."""
+    try:
+        return resolve_transport(setting, torch.device(device_type))
+    except ConfigError:
+        return setting
+
+
+def decode_path_on(cfg: RunConfig, device_type: str) -> str:
+    """`model.decode` for `cfg`'s model on a device of `device_type`, as a policy resolves it
+    (`resolve_decode`), from the model's config file alone; a setting refused there stays as
+    set."""
+    config = AutoConfig.from_pretrained(str(check_model_dir(cfg.model.path)),
+                                        attn_implementation=cfg.model.attn_implementation)
+    why = config_unsupported(config, getattr(config, "model_type", "unknown"))
+    try:
+        return decode_for(cfg.model.decode, why, torch.device(device_type))
+    except ConfigError:
+        return cfg.model.decode

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from rlcore.algo.advantages import compute_advantages
 from rlcore.config import RunConfig
+from rlcore.policy.device import resolve_device
 from rlcore.policy.hf_policy import TrainBatch
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import Generation
@@ -22,6 +23,9 @@ from rlcore.tasks.suites import Task
 def preflight(cfg: RunConfig) -> list[Task]:
     """Check what a run reads before anything is written; returns the training tasks."""
     check_model_dir(cfg.model.path)
+    # a device this machine lacks, or a GPU the installed torch has no kernels for
+    for role in ("trainer",) if cfg.mode == "sync" else ("rollout", "trainer"):
+        resolve_device(getattr(cfg.model, f"{role}_device"), role)
     tasks = check_suite(cfg.task, cfg.reward).split("train")
     if cfg.reward.verifier == "code":
         detect_isolation(cfg.reward)  # no usable sandbox: fail now, not at the first reward

@@ -18,7 +18,7 @@ import torch
 
 from rlcore.config import RunConfig
 from rlcore.kernels import pin
-from rlcore.policy.device import resolve_device
+from rlcore.policy.device import peak_gpu_bytes, resolve_device, resolve_transport
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.record.ledger import RunLedger
 from rlcore.runners.asynchronous.contexts import (
@@ -37,7 +37,6 @@ from rlcore.runners.asynchronous.trainer import trainer_main
 from rlcore.runners.asynchronous.weight_slots import (
     WeightSlots,
     check_shared_memory,
-    resolve_transport,
     shared_memory_free,
     trainable_spec,
 )

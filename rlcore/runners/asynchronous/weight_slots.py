@@ -38,7 +38,6 @@ from rlcore.config import ConfigError
 from rlcore.policy.device import wait_for
 from rlcore.runners.asynchronous.interfaces import LockedArray
 
-TRANSPORTS = ("host", "pinned", "device")
 SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps shared tensors on Linux
 
 
@@ -81,21 +80,6 @@ def trainable_spec(model_dir: str) -> ParamSpec:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters() if p.requires_grad]
-
-
-def resolve_transport(setting: str, rollout: torch.device) -> str:
-    """`runtime.weight_transport` for a rollout on `rollout`: `auto` is `device` on CUDA and
-    `host` elsewhere; `pinned` and `device` need the rollout on CUDA."""
-    if setting == "auto":
-        return "device" if rollout.type == "cuda" else "host"
-    if setting not in TRANSPORTS:
-        raise ConfigError(f"runtime.weight_transport is {setting!r}; allowed: auto, "
-                          f"{', '.join(TRANSPORTS)}")
-    if setting != "host" and rollout.type != "cuda":
-        raise ConfigError(
-            f"runtime.weight_transport is '{setting}', which moves weights to and from a GPU, "
-            f"but the rollout runs on {rollout}: set runtime.weight_transport: host (or auto)")
-    return setting
 
 
 # cudaHostRegister of a range the driver already holds page-locked
