@@ -1,4 +1,4 @@
-"""Two probes of a device for `tools/gpu_check.py` (stage 3), each a JSON file:
+"""Two probes of a device for `tools/gpu_check.py` (stage 2), each a JSON file:
 
   transport  a policy version through the weight slots by each `runtime.weight_transport` the
              device allows (host, pinned, device): a trainer's write and a rollout's read of
@@ -14,7 +14,10 @@
 `python -m rlcore.measure.device_probe {transport,decode} MODEL_DIR --device D --out FILE`.
 On a CPU both run with what CPU allows (host; hf and static), which is their dry run. A
 transport or decoder that fails is recorded under `errors` with its message, the others are
-still measured, and the probe exits 1 after writing its file.
+still measured, and the probe exits 1 after writing its file. The file is rewritten after
+each transport, decoder and batch, with `finished` false until the end, so a probe stopped
+at its time limit or killed keeps what it measured. A host or pinned transport whose slots
+/dev/shm cannot hold is recorded under `skipped` with the reason, before any is allocated.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from rlcore.config import config_from_dict
+from rlcore.config import ConfigError, config_from_dict
 from rlcore.kernels import pin
+from rlcore.measure.smoke import clean_generate
 from rlcore.policy.decoders import Decoders
+from rlcore.policy.device import bind, wait_for
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.record.rundir import atomic_write_json
@@ -40,15 +45,18 @@ from rlcore.runners.asynchronous.vehicles import Threads
 from rlcore.runners.asynchronous.weight_slots import (
     ParamSpec,
     WeightSlots,
+    check_shared_memory,
+    shared_memory_free,
     spec_bytes,
     trainable_spec,
 )
 
 PROMPT_TOKENS = 40  # about the paper's prompts (config/paper.yaml: arith, chat template)
 WARM_STEPS = 8  # tokens sampled before timing: first calls pick kernels, graphs capture
-
+SLOTS = 2  # weight slots a transport's timing allocates (in /dev/shm for host and pinned)
 
 T = TypeVar("T")
+Save = Callable[[dict[str, Any]], None]  # takes the result so far
 
 
 def _attempt(errors: dict[str, str], name: str, fn: Callable[..., T], *args: Any) -> T | None:
@@ -61,14 +69,20 @@ def _attempt(errors: dict[str, str], name: str, fn: Callable[..., T], *args: Any
         return None
 
 
+def _ignore(result: dict[str, Any]) -> None:
+    """The default `save`: keep nothing on the way."""
+
+
 def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    wait_for([device])  # the stream the work went to: never a whole device
 
 
-def transport_probe(model_dir: str, device: str, repeats: int = 5) -> dict[str, Any]:
-    """Write and read seconds of one version by each transport the device allows."""
+def transport_probe(model_dir: str, device: str, repeats: int = 5,
+                    save: Save = _ignore) -> dict[str, Any]:
+    """Write and read seconds of one version by each transport the device allows; `save`
+    gets the result so far after each transport."""
     dev = torch.device(device)
+    bind(dev)
     spec = trainable_spec(model_dir)
     g = torch.Generator().manual_seed(0)  # random values: zeros hide unwritten bytes
     src = [torch.randn(shape, generator=g).to(dtype=dtype, device=dev)
@@ -77,40 +91,53 @@ def transport_probe(model_dir: str, device: str, repeats: int = 5) -> dict[str, 
     # On CUDA a rollout under model.dtype fp16 reads each version into fp16 weights
     # (model.rollout_weights: compute): the same copies, casting.
     reads_into = [None, torch.float16] if dev.type == "cuda" else [None]
-    out: dict[str, Any] = {}
-    errors: dict[str, str] = {}
+    result: dict[str, Any] = {"device": str(dev), "state_bytes": spec_bytes(spec),
+                              "repeats": repeats, "transports": {}, "errors": {},
+                              "skipped": {}, "finished": False}
     for transport, into in ((t, d) for t in transports for d in reads_into):
         name = transport if into is None else f"{transport}, into fp16"
-        timed = _attempt(errors, name, _version_s, spec, src, dev, transport, into, repeats)
-        if timed is not None:
-            out[name] = timed
-    return {"device": str(dev), "state_bytes": spec_bytes(spec), "repeats": repeats,
-            "transports": out, "errors": errors}
+        try:
+            if transport != "device":  # host and pinned slots live in /dev/shm
+                check_shared_memory(spec, SLOTS, shared_memory_free())
+        except ConfigError as e:  # past /dev/shm's size the copy dies of SIGBUS
+            result["skipped"][name] = str(e)
+        else:
+            timed = _attempt(result["errors"], name, _version_s, spec, src, dev, transport,
+                             into, repeats)
+            if timed is not None:
+                result["transports"][name] = timed
+        save(result)
+    result["finished"] = True
+    save(result)
+    return result
 
 
 def _version_s(spec: ParamSpec, src: list[torch.Tensor], dev: torch.device, transport: str,
                into: torch.dtype | None, repeats: int) -> dict[str, Any]:
     """One transport's write and read seconds, medians of `repeats` versions, each read
     checked against what was written."""
-    slots = WeightSlots(spec, 2, Threads().locked_array(4),
+    slots = WeightSlots(spec, SLOTS, Threads().locked_array(2 + SLOTS),
                         shared=transport != "device", transport=transport, device=dev)
     dst = [torch.empty_like(t, dtype=into or t.dtype) for t in src]
     writes, reads, whole = [], [], True
-    for rep in range(repeats + 1):  # the first is a warm-up (registration, allocation)
-        for t in dst:
-            t.fill_(float("nan"))
-        _sync(dev)
-        t0 = time.perf_counter()
-        slots.write(1, src)
-        t1 = time.perf_counter()
-        slots.publish(1, rep)
-        slots.read_into(dst)
-        t2 = time.perf_counter()
-        whole = whole and all(torch.equal(a, b.to(a.dtype))
-                              for a, b in zip(dst, src, strict=True))
-        if rep:
-            writes.append(t1 - t0)
-            reads.append(t2 - t1)
+    try:
+        for rep in range(repeats + 1):  # the first is a warm-up (registration, allocation)
+            for t in dst:
+                t.fill_(float("nan"))
+            _sync(dev)
+            t0 = time.perf_counter()
+            slots.write(1, src)
+            t1 = time.perf_counter()
+            slots.publish(1, rep)
+            slots.read_into(dst)
+            t2 = time.perf_counter()
+            whole = whole and all(torch.equal(a, b.to(a.dtype))
+                                  for a, b in zip(dst, src, strict=True))
+            if rep:
+                writes.append(t1 - t0)
+                reads.append(t2 - t1)
+    finally:
+        slots.close()  # pinned: unregistered before the next transport's slots
     return {"write_s": statistics.median(writes), "read_s": statistics.median(reads),
             "per_version_s": statistics.median(w + r for w, r in zip(writes, reads,
                                                                       strict=True)),
@@ -127,56 +154,75 @@ def _prompts(vocab: int, rows: int) -> list[list[int]]:
                           generator=g).tolist() for i in range(rows)]
 
 
-def _step_s(policy: HFPolicy, kind: str, batches: Sequence[int], steps: int
-            ) -> dict[str, float]:
-    """Seconds a token of the sampler under decoder `kind`, by batch size."""
-    policy.decoders = Decoders(policy.decoders.model, kind, policy.autocast)
-    vocab = policy.model.config.vocab_size
-    out = {}
-    for rows in batches:
-        prompts = _prompts(vocab, rows)
-        s = policy.sampler(prompts, max_new_tokens=WARM_STEPS + steps, temperature=1.0,
-                           draws=Draws(0, [(i, 0) for i in range(rows)]))
-        s.step(WARM_STEPS)
-        _sync(policy.device)
-        t0 = time.perf_counter()
-        s.step(steps)
-        _sync(policy.device)
-        out[str(rows)] = (time.perf_counter() - t0) / steps
-    return out
+def _step_s(policy: HFPolicy, rows: int, steps: int) -> float:
+    """Seconds a token of the sampler under the policy's decoder, at `rows` rows."""
+    prompts = _prompts(policy.model.config.vocab_size, rows)
+    s = policy.sampler(prompts, max_new_tokens=WARM_STEPS + steps, temperature=1.0,
+                       draws=Draws(0, [(i, 0) for i in range(rows)]))
+    s.step(WARM_STEPS)
+    _sync(policy.device)
+    t0 = time.perf_counter()
+    s.step(steps)
+    _sync(policy.device)
+    return (time.perf_counter() - t0) / steps
 
 
 def _generate_tokens_per_s(policy: HFPolicy, rows: int, steps: int) -> float:
-    """HF `generate`'s sampled tokens a second on the policy's sampling weights."""
+    """HF `generate`'s sampled tokens a second on the policy's sampling weights: plain
+    sampling at temperature 1, as the sampler's, with none of the model's
+    generation_config.json (`clean_generate`)."""
+    from transformers import GenerationConfig
+
     model: Any = policy.decoders.model  # a PreTrainedModel: it has generate
     dev, pad = policy.device, policy.pad_id
     prompts = _prompts(policy.model.config.vocab_size, rows)
     width = max(map(len, prompts))
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=dev)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=dev)
-    kw = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-          "pad_token_id": pad, "attention_mask": mask}
+
+    def config(tokens: int) -> GenerationConfig:
+        # no stop ids: every row samples every step, as the sampler's rows here
+        return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                min_new_tokens=tokens, max_new_tokens=tokens,
+                                pad_token_id=pad)
+
     with torch.no_grad(), policy.autocast():
-        model.generate(input_ids=ids, min_new_tokens=0, max_new_tokens=WARM_STEPS, **kw)
+        clean_generate(model, config(WARM_STEPS), input_ids=ids, attention_mask=mask)
         _sync(dev)
         t0 = time.perf_counter()
-        model.generate(input_ids=ids, min_new_tokens=steps, max_new_tokens=steps, **kw)
+        clean_generate(model, config(steps), input_ids=ids, attention_mask=mask)
         _sync(dev)
     return rows * steps / (time.perf_counter() - t0)
 
 
+def _summarise(result: dict[str, Any], kinds: Sequence[str]) -> None:
+    """The best decoder (on the weights runs hold) at the largest batch timed so far, and
+    its tokens/s against HF generate's."""
+    rows = str(result["batch"])
+    timed = [k for k in kinds if rows in result["step_s"].get(k, {})]
+    if not timed:
+        return
+    best = min(timed, key=lambda k: result["step_s"][k][rows])
+    result.update(best=best, rollout_tokens_per_s=result["batch"] / result["step_s"][best][rows])
+    hf = result["generate_tokens_per_s"].get("hf generate")
+    if hf:
+        result.update(hf_generate_tokens_per_s=hf,
+                      ratio_to_hf_generate=result["rollout_tokens_per_s"] / hf)
+
+
 def decode_probe(model_dir: str, device: str, batches: Sequence[int], steps: int,
-                 dtype: str) -> dict[str, Any]:
+                 dtype: str, save: Save = _ignore) -> dict[str, Any]:
     """Seconds a token of the sampler under each decoder and batch, with the rollout's
     weights held as `model.rollout_weights` says (and, under fp16 on CUDA, in fp32 beside);
-    HF generate on the same weights beside."""
+    HF generate on the same weights beside. `save` gets the result so far after each
+    batch of each decoder and after each HF generate."""
     dev = torch.device(device)
     kinds = ["hf", "static", "graph"] if dev.type == "cuda" else ["hf", "static"]
     held = ["compute", "fp32"] if dtype == "fp16" and dev.type == "cuda" else ["compute"]
-    step_s: dict[str, dict[str, float]] = {}
-    generate_s: dict[str, float] = {}
-    errors: dict[str, str] = {}
-    rows = max(batches)
+    result: dict[str, Any] = {"device": str(dev), "dtype": dtype, "steps": steps,
+                              "step_s": {}, "batch": max(batches),
+                              "generate_tokens_per_s": {}, "errors": {}, "finished": False}
+    errors = result["errors"]
     for weights in held:
         cfg = config_from_dict({"model": {"path": model_dir, "dtype": dtype,
                                           "rollout_weights": weights,
@@ -187,27 +233,26 @@ def decode_probe(model_dir: str, device: str, batches: Sequence[int], steps: int
         policy.stop_ids = set()  # every row samples every step: the steps are the same for all
         suffix = "" if weights == "compute" else ", fp32 weights"
         for kind in kinds:
-            per_rows = _attempt(errors, kind + suffix, _step_s, policy, kind, batches, steps)
-            if per_rows is not None:
-                step_s[kind + suffix] = per_rows
+            policy.decoders = Decoders(policy.decoders.model, kind, policy.autocast)
+            for rows in batches:
+                seconds = _attempt(errors, kind + suffix, _step_s, policy, rows, steps)
+                if seconds is None:
+                    break  # a failing decoder's larger batches would cost time and fail too
+                result["step_s"].setdefault(kind + suffix, {})[str(rows)] = seconds
+                _summarise(result, kinds)
+                save(result)
         tokens_s = _attempt(errors, "hf generate" + suffix, _generate_tokens_per_s, policy,
-                            rows, steps)
+                            max(batches), steps)
         if tokens_s is not None:
-            generate_s["hf generate" + suffix] = tokens_s
+            result["generate_tokens_per_s"]["hf generate" + suffix] = tokens_s
+        _summarise(result, kinds)
+        save(result)
         del policy
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    out: dict[str, Any] = {"device": str(dev), "dtype": dtype, "steps": steps,
-                           "step_s": step_s, "batch": rows,
-                           "generate_tokens_per_s": generate_s, "errors": errors}
-    timed = [k for k in kinds if k in step_s]  # on the weights runs hold
-    if timed:
-        best = min(timed, key=lambda k: step_s[k][str(rows)])
-        out.update(best=best, rollout_tokens_per_s=rows / step_s[best][str(rows)])
-    if timed and "hf generate" in generate_s:
-        out.update(hf_generate_tokens_per_s=generate_s["hf generate"],
-                   ratio_to_hf_generate=out["rollout_tokens_per_s"] / generate_s["hf generate"])
-    return out
+    result["finished"] = True
+    save(result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,11 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp16",
                    help="decode: model.dtype (fp16 autocast on CUDA, as the paper)")
     args = p.parse_args(argv)
+
+    def save(result: dict[str, Any]) -> None:
+        atomic_write_json(args.out, result)
+
     if args.probe == "transport":
-        result = transport_probe(args.model, args.device, args.repeats)
+        result = transport_probe(args.model, args.device, args.repeats, save)
     else:
-        result = decode_probe(args.model, args.device, args.batches, args.steps, args.dtype)
-    atomic_write_json(args.out, result)
+        result = decode_probe(args.model, args.device, args.batches, args.steps, args.dtype,
+                              save)
     print(json.dumps(result, indent=1))
     return 1 if result["errors"] else 0
 

@@ -90,6 +90,20 @@ def one_copy_s(spec: Sequence[tuple[str, tuple[int, ...], Any]], device: str = "
     return copy_best_s(dst, src, reps)
 
 
+def clean_generate(model: Any, config: Any, **inputs: Any) -> Any:
+    """HF `generate` under `config` (a GenerationConfig) alone. transformers fills what a
+    config leaves unset from the model's generation_config.json, as Qwen's and the
+    stand-in's repetition_penalty 1.05, so that file is set aside for the call."""
+    from transformers import GenerationConfig
+
+    own = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        return model.generate(generation_config=config, **inputs)
+    finally:
+        model.generation_config = own
+
+
 def generate_comparison(cfg: RunConfig, reps: int = 3) -> dict[str, Any]:
     """Rollout sampling (chunked, with a KV cache) against HF `generate` on the same device,
     prompts and batch (a training batch of the config), interleaved `reps` times after one
@@ -138,8 +152,7 @@ def generate_comparison(cfg: RunConfig, reps: int = 3) -> dict[str, Any]:
         sync()
         t0 = time.perf_counter()
         with torch.no_grad(), policy.autocast():
-            out = policy.model.generate(input_ids=ids, attention_mask=mask,
-                                        generation_config=hf_config)
+            out = clean_generate(policy.model, hf_config, input_ids=ids, attention_mask=mask)
         sync()
         elapsed = time.perf_counter() - t0
         new = out[:, width:].tolist()
