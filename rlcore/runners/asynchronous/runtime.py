@@ -240,6 +240,13 @@ class Runtime(Lifecycle):
                          load_s=r.load_s, cpus=r.cpus)
         return cold
 
+    def slots_bytes(self) -> int | None:
+        """GPU bytes this (the main) process holds for the slots, where the roles, in their
+        own processes, do not count them; None where it holds none."""
+        if not (self.v.processes and self.slots.transport == "device"):
+            return None
+        return peak_gpu_bytes(self.devices["rollout"])
+
     def shutdown(self) -> None:
         if self.watchdog is not None:
             self.watchdog.done.set()
@@ -289,7 +296,7 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
                        "unpinned_reason": runtime.unpinned_reason},
             devices={role: str(d) for role, d in runtime.devices.items()},
             weight_transport=runtime.slots.transport,
-            gpu_peak_bytes=role_peaks(runtime.stopped))
+            gpu_peak_bytes={**role_peaks(runtime.stopped), "weight_slots": runtime.slots_bytes()})
     finally:
         runtime.shutdown()
         if controller is not None:  # a failed run leaves no code evaluation queued
