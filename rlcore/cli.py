@@ -21,7 +21,7 @@ from rlcore.config import (
     run_config_schema,
 )
 from rlcore.config.arguments import add_config, add_overrides, say_which_part_runs
-from rlcore.errors import HarnessFailed, ReplayError, RunExistsError, WorkerFailed
+from rlcore.errors import HarnessFailed, ReplayError, RunExistsError, UpdateFailed, WorkerFailed
 from rlcore.kernels import take_intel_mkl_paths
 
 # Commands whose code lives in a package that no run, replay or base-model job imports
@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 1
     except HarnessFailed as e:  # the message names the sample and the exception
+        print(f"rlcore: error: {e}", file=sys.stderr)
+        return 1
+    except UpdateFailed as e:  # the message says what the update did and what to set
         print(f"rlcore: error: {e}", file=sys.stderr)
         return 1
     except WorkerFailed as e:

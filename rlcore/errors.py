@@ -18,6 +18,11 @@ class WorkerFailed(RuntimeError):
     """A worker raised or died; the message names it and carries its traceback."""
 
 
+class UpdateFailed(RuntimeError):
+    """An update that can neither commit nor be skipped: a step it applied was not finite,
+    or the loss scaler has skipped every step for too long."""
+
+
 class HarnessFailed(RuntimeError):
     """The reward harness itself raised more often than `reward.max_harness_errors` allows;
     the message names the sample and the exception."""

@@ -317,3 +317,30 @@ def test_an_fp16_overflow_on_the_gpu_is_a_skipped_commit(tiny_model_dir: Path, t
     assert summary["scheduling"]["skipped_steps"] >= len(idle)
     updates = read_jsonl(tmp_path / "run" / "updates.jsonl")
     assert all(math.isfinite(u["loss"]) and math.isfinite(u["grad_norm"]) for u in updates)
+
+
+def test_a_run_whose_update_cannot_commit_stops_with_what_to_set(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]):
+    """An applied step with a NaN loss (no scaler to skip it): `rlcore run` exits 1 with the
+    message, no traceback, and leaves no summary that looks done."""
+    import yaml
+
+    from rlcore.cli import main
+
+    objective_loss = HFPolicy._objective_loss
+
+    def nan_loss(self: HFPolicy, x: Any) -> Any:
+        loss, stats = objective_loss(self, x)
+        return loss * math.nan, stats
+
+    monkeypatch.setattr(HFPolicy, "_objective_loss", nan_loss)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(small_config(tiny_model_dir, train={"updates": 2})))
+    out = tmp_path / "run"
+    assert main(["run", str(config), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rlcore: error: an update applied an optimizer step with a "
+                          "non-finite loss"), err
+    assert "Traceback" not in err and "lower train.lr" in err
+    assert not (out / "summary.json").exists()

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from rlcore.errors import UpdateFailed
+
 # An update's optimizer steps, in its statistics: how many it took and how many of them the
 # fp16 loss scaler skipped. The run counts the skipped ones (summary.json); updates.jsonl
 # rows leave both out, so that a row has the same fields whatever the dtype.
@@ -19,11 +21,6 @@ NO_STEP_APPLIED = ("no optimizer step applied: the fp16 loss scaler skipped ever
 # Skipped steps in a row after which the scale is not what overflows: each skip halves it
 # (from 2**16), so by then the gradients are not finite at any scale.
 MAX_SKIPPED_STEPS = 64
-
-
-class UpdateFailed(RuntimeError):
-    """An update that can neither commit nor be skipped: a step it applied was not finite,
-    or the loss scaler has skipped every step for too long."""
 
 
 def skipped_steps(stats: Mapping[str, float]) -> int:
