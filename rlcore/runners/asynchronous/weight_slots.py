@@ -9,7 +9,7 @@ while the slot is being written; a reader that sees it odd looks again, and one 
 changed after its copy copies again (`WeightSlots.retries` counts these). So a rollout worker
 never loads a torn state, and never blocks a trainer.
 
-Where the slots live is `runtime.weight_transport` (`resolve_transport`):
+Where the slots live is `runtime.weight_transport` (`rlcore/policy/device.py::resolve_transport`):
   host    host memory (shared between processes): the only path on CPU;
   pinned  the same memory, page-locked for CUDA in each process that copies to or from a GPU,
           so a copy is one fast DMA each way;
