@@ -271,6 +271,7 @@ class TestRolesPrepareBeforeTheClockStarts:
             self, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
             mode: str):
         from rlcore.config import config_from_dict
+        from rlcore.evaluation import evaluate_run
         from rlcore.policy import hf_policy
         from rlcore.policy.hf_policy import HFPolicy
         from rlcore.record.ledger import RunLedger
@@ -300,3 +301,6 @@ class TestRolesPrepareBeforeTheClockStarts:
         # sync has its training prompts at hand; on CPU a live run hands its rollouts none,
         # since nothing there will capture
         assert (n_prompts == 0) == (mode == "async")
+        bound.clear()  # the held-out evaluation builds and runs its policy in this thread
+        evaluate_run(tmp_path / mode)
+        assert bound == {("MainThread", "cpu")}
