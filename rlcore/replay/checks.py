@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlcore.policy.optim_steps import NO_STEP_APPLIED, UpdateFailed, commit_verdict
 from rlcore.policy.sampler import Generation
-from rlcore.record.schedule import Commit, Divergence, GenerationRecord
+from rlcore.record.schedule import Commit, Divergence, GenerationRecord, ScheduleError
 from rlcore.replay.inputs import Original
 
 
@@ -69,3 +70,25 @@ class Verifier:
         recorded = self.original.updates[commit.version]["loss"]
         self._compare(f"update {commit.version} (batch {commit.batch_id}) loss", "loss",
                       recorded, loss)
+
+
+def check_held(commit: Commit, stats: dict[str, float]) -> None:
+    """The replay's own update of a batch agrees with the schedule's verdict on it wherever
+    that verdict was the update's (applied, or skipped for applying no optimizer step); a
+    ScheduleError otherwise, since the versions the schedule names would not be these."""
+    batch = f"batch {commit.batch_id}"
+    try:
+        skip = commit_verdict(stats)
+    except UpdateFailed as e:
+        raise ScheduleError(f"the update of {batch} is not finite here, so the run would have "
+                            f"stopped at it: the schedule cannot be held (choose gentler "
+                            f"train settings): {e}") from None
+    if commit.outcome == "applied" and skip is not None:
+        raise ScheduleError(f"the run applied the update of {batch} (making version "
+                            f"{commit.version}), but here it applied none of its optimizer "
+                            f"steps ({skip}): the schedule cannot be held")
+    if commit.outcome == "skipped" and commit.reason == NO_STEP_APPLIED and skip is None:
+        raise ScheduleError(f"the run skipped the commit of {batch} ({NO_STEP_APPLIED}), but "
+                            "here its update applied an optimizer step: the schedule cannot "
+                            "be held (the run's loss scaler decided it: replay it with its "
+                            "model.dtype on its device, under its train settings)")

@@ -33,18 +33,17 @@ from rlcore.kernels import cpu_name, pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device
 from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy, state_digest
-from rlcore.policy.optim_steps import NO_STEP_APPLIED, UpdateFailed, commit_verdict, skipped_steps
+from rlcore.policy.optim_steps import skipped_steps
 from rlcore.policy.sampler import ChunkedSampler, Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
 from rlcore.record.schedule import (
-    Commit,
     Divergence,
     GenerationRecord,
     Schedule,
     ScheduleError,
     TrainerOp,
 )
-from rlcore.replay.checks import Verifier
+from rlcore.replay.checks import Verifier, check_held
 from rlcore.replay.inputs import Original, environment_differences, read_original
 from rlcore.replay.record import Replayed, ReplayOutcome, record_replay
 from rlcore.replay.trainer_process import StepDone, TrainerProcess, TrainStep
@@ -318,28 +317,6 @@ class Replay:
         """The rollout policy holding the last published version (what the run ended with)."""
         self.load_rollout(self.final_version())
         return self.rollout
-
-
-def check_held(commit: Commit, stats: dict[str, float]) -> None:
-    """The replay's own update of a batch agrees with the schedule's verdict on it wherever
-    that verdict was the update's (applied, or skipped for applying no optimizer step); a
-    ScheduleError otherwise, since the versions the schedule names would not be these."""
-    batch = f"batch {commit.batch_id}"
-    try:
-        skip = commit_verdict(stats)
-    except UpdateFailed as e:
-        raise ScheduleError(f"the update of {batch} is not finite here, so the run would have "
-                            f"stopped at it: the schedule cannot be held (choose gentler "
-                            f"train settings): {e}") from None
-    if commit.outcome == "applied" and skip is not None:
-        raise ScheduleError(f"the run applied the update of {batch} (making version "
-                            f"{commit.version}), but here it applied none of its optimizer "
-                            f"steps ({skip}): the schedule cannot be held")
-    if commit.outcome == "skipped" and commit.reason == NO_STEP_APPLIED and skip is None:
-        raise ScheduleError(f"the run skipped the commit of {batch} ({NO_STEP_APPLIED}), but "
-                            "here its update applied an optimizer step: the schedule cannot "
-                            "be held (the run's loss scaler decided it: replay it with its "
-                            "model.dtype on its device, under its train settings)")
 
 
 class RecordedLook:
