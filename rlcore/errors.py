@@ -23,6 +23,11 @@ class UpdateFailed(RuntimeError):
     or the loss scaler has skipped every step for too long."""
 
 
+class DeliveryFailed(RuntimeError):
+    """A role loaded a policy version whose state is not the one the parameter service
+    published: the weights did not arrive, and sampling would go on from old ones."""
+
+
 class HarnessFailed(RuntimeError):
     """The reward harness itself raised more often than `reward.max_harness_errors` allows;
     the message names the sample and the exception."""

@@ -12,6 +12,7 @@ from typing import Any
 from rlcore.config import ConfigError, RunConfig, config_from_dict
 from rlcore.kernels import pin
 from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.lora import is_adapter_dir
 from rlcore.policy.sampler import Draws
 from rlcore.record.live_metrics import TB_DIR, LiveMetrics, eval_scalars
 from rlcore.record.rundir import atomic_write_json, is_complete
@@ -82,14 +83,17 @@ def evaluate_run(run_dir: Path, weights: str = "final", seed: int = EVAL_SEED
     the held-out split with the run's own settings; returns the result and the file. The
     file's `policy` field names which (its name from before `--weights`)."""
     cfg = run_config_of(run_dir)
-    if weights == "final":
-        if not (run_dir / "policy" / "config.json").is_file():
+    saved = run_dir / "policy"
+    adapter = weights == "final" and is_adapter_dir(saved)  # train.lora: on the run's base
+    if weights == "final" and not adapter:
+        if not (saved / "config.json").is_file():
             raise ConfigError(f"'{run_dir}' saved no final policy (runtime.save_policy was "
                               "false); rerun with runtime.save_policy: true")
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
-                                                                 path=str(run_dir / "policy")))
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(saved)))
     pin(cfg)
     model = HFPolicy(cfg.model, cfg.train, role="rollout")
+    if adapter:
+        model.load_adapter(saved)
     heldout = load_suite(cfg.task).split("heldout")[: cfg.eval.heldout_tasks]
     result: dict[str, Any] = {"policy": weights, "model_path": cfg.model.path,
                               **evaluate_policy(model, heldout, cfg, seed=seed)}

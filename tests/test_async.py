@@ -482,7 +482,8 @@ def test_waits_and_a_skipped_commit_are_accounted(tiny_model_dir: Path, tmp_path
                                 waits=controller.waits,
                                 placement={"cpus": {}, "unpinned_reason": "test"},
                                 load=ledger.load.summary(worker_cpu_s=0.0),
-                                weight_transport="host", rollout_dtype="fp32")
+                                weight_transport="host", rollout_dtype="fp32",
+                                weight_bytes=0)
     finally:
         controller.rewards.close()
         ledger.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import string
 import sys
+import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -104,6 +105,9 @@ def _coerce(tp: Any, value: Any) -> Any:
     """Schema-valid data into the field's Python type (the schema has already checked it)."""
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and value is not None:
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(members[0], value) if len(members) == 1 else value
     if typing.get_origin(tp) is tuple:
         return tuple(value)
     if tp is int and isinstance(value, float):

@@ -19,7 +19,8 @@ from rlcore.config.schema import reference_markdown, schema_for
 from rlcore.config.schema import section as _section
 from rlcore.config.task import EvalConfig, RewardConfig, TaskConfig
 
-__all__ = ["MODES", "RunConfig", "config_reference_markdown", "run_config_schema"]
+__all__ = ["LORA_TARGETS", "MODES", "LoraConfig", "RunConfig", "config_reference_markdown",
+           "run_config_schema"]
 
 Mode = Literal["sync", "async", "areal"]
 # The runners, in the order of every table and figure: the paper's names, used as the config's
@@ -85,6 +86,30 @@ class RolloutConfig:
     )
 
 
+# Every linear layer of a Qwen2/Llama decoder's attention and MLP (the LM head stays frozen).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+    rank: int = _f(8, "r: the adapter's rank (each target gains r x in and out x r).",
+                   minimum=1)
+    alpha: float = _f(
+        32.0, "Scale numerator: the adapter's product is multiplied by alpha / rank (32, as "
+        "LoRA Without Regret and Tinker use).", exclusiveMinimum=0,
+    )
+    dropout: float = _f(
+        0.0, "Dropout on the adapter's input in the update's forward only (sampling and "
+        "log-probability recomputation never drop); its masks are drawn from the update's "
+        "policy version and step, so a replay draws the same.", minimum=0, exclusiveMaximum=1,
+    )
+    targets: tuple[str, ...] = _f(
+        LORA_TARGETS, "Linear layers that get an adapter, by the last part of their module "
+        "name; each must name at least one linear layer of the model.", minItems=1,
+        uniqueItems=True,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     updates: int = _f(400, "Number of policy updates (policy versions) in a run.", minimum=1)
@@ -127,6 +152,10 @@ class TrainConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay.", minimum=0)
     adam_eps: float = _f(1e-8, "AdamW epsilon.", exclusiveMinimum=0)
     max_grad_norm: float = _f(1.0, "Gradient-norm clip; 0 disables.", minimum=0)
+    lora: LoraConfig | None = _f(
+        None, "Low-rank adapters (train.lora.* below): only they train and only they are "
+        "handed to the rollout each version, on a frozen base; null: every weight trains.",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,4 +304,5 @@ def run_config_schema() -> dict[str, Any]:
 
 def config_reference_markdown() -> str:
     """config/README.md's generated part: every key with its default, allowed values and help."""
-    return reference_markdown(run_config_schema(), RunConfig().to_dict())
+    return reference_markdown(run_config_schema(), RunConfig().to_dict(),
+                              {"train.lora": dataclasses.asdict(LoraConfig())})

@@ -74,17 +74,20 @@ def _allowed(prop: dict[str, Any]) -> str:
     if prop.get("type") == "array" and "enum" in prop["items"]:
         return "list of " + " \\| ".join(f"`{v}`" for v in prop["items"]["enum"])
     bounds = [f"{op} {prop[k]}" for k, op in (("minimum", ">="), ("exclusiveMinimum", ">"),
-                                              ("maximum", "<="))
+                                              ("maximum", "<="), ("exclusiveMaximum", "<"))
               if k in prop]
     return ", ".join([prop.get("type", "")] + bounds)
 
 
-def reference_markdown(schema: dict[str, Any], defaults: dict[str, Any]) -> str:
+def reference_markdown(schema: dict[str, Any], defaults: dict[str, Any],
+                       optional_defaults: dict[str, dict[str, Any]] | None = None) -> str:
     """config/README.md: every key with its type, default, allowed values and help line.
 
     `defaults` is the config's to_dict(), passed in so that this module never needs the
-    config classes themselves.
+    config classes themselves; `optional_defaults`, by dotted key, the defaults inside an
+    optional section (null by default), which gets a table of its own.
     """
+    optional_defaults = optional_defaults or {}
     lines = [
         "# Run configuration reference",
         "",
@@ -96,9 +99,14 @@ def reference_markdown(schema: dict[str, Any], defaults: dict[str, Any]) -> str:
     ]
     top = {k: v for k, v in schema["properties"].items() if "properties" not in v}
     sections = {k: v for k, v in schema["properties"].items() if "properties" in v}
-    for title, props, values in [("Top level", top, defaults)] + [
-            (f"`{name}`: {sec['description']}", sec["properties"], defaults[name])
-            for name, sec in sections.items()]:
+    tables = [("Top level", top, defaults)] + [
+        (f"`{name}`: {sec['description']}", sec["properties"], defaults[name])
+        for name, sec in sections.items()]
+    tables += [(f"`{name}.{key}`, when set", prop["anyOf"][0]["properties"],
+                optional_defaults[f"{name}.{key}"])
+               for name, sec in sections.items() for key, prop in sec["properties"].items()
+               if "properties" in prop.get("anyOf", [{}])[0]]
+    for title, props, values in tables:
         lines += [f"## {title}", "", "| key | default | allowed | meaning |", "|---|---|---|---|"]
         for key, prop in props.items():
             lines.append(f"| `{key}` | `{json.dumps(values[key])}` | {_allowed(prop)} | "

@@ -42,6 +42,9 @@ class Versions:
     """The weight store (`interfaces.WeightStore`) without weights: which slot is current, at
     which version, and what a copy of the weights would weigh."""
 
+    digests = False
+    last_digest: str | None = None
+
     def __init__(self, nbytes: int):
         self.nbytes = nbytes
         self._head = (0, 0)  # slot 0 published at version 0, as the live service starts
@@ -55,7 +58,7 @@ class Versions:
     def version(self) -> int:
         return self._head[1]
 
-    def publish(self, slot: int, version: int) -> None:
+    def publish(self, slot: int, version: int, digest: str | None = None) -> None:
         self._head = (slot, version)
 
     def write(self, slot: int, tensors: list[torch.Tensor]) -> None:

@@ -112,6 +112,12 @@ class LengthPolicy:
     def decode_response(self, response_ids: Sequence[int]) -> str:
         return ""
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def state_loaded(self) -> None:
+        """No weights to bring up to date."""
+
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0) -> LengthSampler:
         if draws is None:

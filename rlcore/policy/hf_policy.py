@@ -10,6 +10,7 @@ sampling distribution (logits / temperature), which `recompute_logprobs` reprodu
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import math
@@ -36,6 +37,19 @@ from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
+from rlcore.policy.lora import (
+    Merged,
+    adapter_params,
+    base_weights,
+    dropout_draws,
+    initial_adapter,
+    peft_base_state,
+    read_adapter,
+    save_adapter,
+    scale,
+    targets,
+    wrap,
+)
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.optim_steps import (
     SKIPPED_STEPS,
@@ -172,9 +186,17 @@ class HFPolicy:
         self.sampling_dtype = sampling_dtype(model_cfg, self.device)
         # A rollout never trains: its own weights take the sampling dtype. A trainer that
         # samples (sync) gets a copy at its first sample.
-        self.sampling_copy: SamplingCopy | None = None
+        self.sampling_copy: SamplingCopy | Merged | None = None
+        # train.lora: the adapted layers, the live adapters (what trains and what is handed
+        # over) and, in a rollout, its target weights merged from them
+        self.lora = train_cfg.lora
+        self.targets = targets(self.model, self.lora) if self.lora is not None else []
+        self.adapter: dict[str, torch.Tensor] | None = None
+        self.merged: Merged | None = None
         if role == "rollout":
             hold(self.model, self.sampling_dtype)
+            if self.lora is not None:
+                self._merge_sampling()
         resolve_decode(model_cfg.decode, self.model)  # a bad model.decode fails here, not later
         self._decoders: Decoders | None = None
         self.chat = model_cfg.prompt_format == "chat"
@@ -185,13 +207,29 @@ class HFPolicy:
         gen_eos = self.model.generation_config.eos_token_id
         gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
         self.stop_ids = {i for i in [self.tokenizer.eos_token_id, *gen_eos] if i is not None}
+        if self.lora is not None and role != "rollout":  # the base freezes; adapters train
+            self.model = wrap(self.model, self.lora, self.targets)
+            self.adapter = adapter_params(self.model)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        # a LoRA rollout has nothing to train
         self.optimizer = torch.optim.AdamW(
             self.trainable, lr=train_cfg.lr, betas=(train_cfg.betas[0], train_cfg.betas[1]),
             eps=train_cfg.adam_eps, weight_decay=train_cfg.weight_decay,
-        )
+        ) if self.trainable else None
         self.scaler = torch.amp.GradScaler("cuda") if self.use_fp16 else None
         self.skipped_in_a_row = 0  # optimizer steps the scaler skipped since one applied
+
+    def _merge_sampling(self) -> None:
+        """A LoRA rollout: freeze the model, keep its targets' base weights, hold version
+        0's adapters and merge them into the weights it samples with."""
+        assert self.lora is not None
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        base = {path: w.detach().clone() for path, w in base_weights(self.model,
+                                                                     self.targets).items()}
+        self.adapter = {n: t.to(self.device)
+                        for n, t in initial_adapter(self.targets, self.lora.rank).items()}
+        self.merged = Merged(self.model, self.targets, self.adapter, base, scale(self.lora))
 
     # --- text ---------------------------------------------------------------------------
     def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]:
@@ -224,7 +262,10 @@ class HFPolicy:
         """The decoders over the weights sampling reads (`model.rollout_weights`)."""
         if self._decoders is None:
             model = self.model
-            if next(model.parameters()).dtype != self.sampling_dtype:
+            if self.lora is not None and self.merged is None:  # a trainer that samples (sync)
+                self.sampling_copy = self._merged_copy()
+                model = self.sampling_copy.model
+            elif next(model.parameters()).dtype != self.sampling_dtype:
                 self.sampling_copy = SamplingCopy(model, self.sampling_dtype)
                 model = self.sampling_copy.model
             self._decoders = Decoders(model, self.model_cfg.decode, self.autocast)
@@ -233,6 +274,18 @@ class HFPolicy:
     @decoders.setter
     def decoders(self, value: Decoders) -> None:
         self._decoders = value
+
+    def _merged_copy(self) -> Merged:
+        """A trainer's plain copy for sampling, its targets merged from the live adapters
+        over the trainer's own frozen base weights."""
+        assert self.lora is not None and self.adapter is not None
+        plain = copy.deepcopy(self.model).unload()
+        hold(plain, self.sampling_dtype)
+        base = {t.path: self.model.get_submodule(f"base_model.model.{t.path}").base_layer.weight
+                for t in self.targets}
+        merged = Merged(plain, self.targets, self.adapter, base, scale(self.lora))
+        merged.merge()
+        return merged
 
     def prepare_decoding(self, rows: Iterable[int], prompts: Iterable[tuple[str, str | None]],
                          max_new_tokens: int) -> None:
@@ -343,9 +396,15 @@ class HFPolicy:
         cfg = self.train_cfg
         self.model.train(False)
         done: list[tuple[dict[str, float], bool]] = []  # each step's stats, and if it applied
-        for idx in parts:
+        if self.optimizer is None:
+            raise RuntimeError("a LoRA rollout's policy has nothing to train")
+        drop = self.lora is not None and self.lora.dropout > 0
+        for m, idx in enumerate(parts):
             mb = batch.select(idx)
-            logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
+            # train.lora.dropout: masks keyed by the update and step, so a replay draws them
+            with (dropout_draws(self.model, current_version * len(parts) + m) if drop
+                  else contextlib.nullcontext()):
+                logp = self._response_logprobs(mb.prompt_ids, mb.response_ids, temperature)
             dev, f32 = self.device, torch.float32
             mask = pad_right([[1.0] * len(r) for r in mb.response_ids], 0.0, f32, dev)
             behav = pad_right(mb.behav_logprobs, 0.0, f32, dev)
@@ -368,33 +427,67 @@ class HFPolicy:
                          applied))
         totals = step_means(done)
         if totals[SKIPPED_STEPS] < len(done):
-            if self.sampling_copy is not None:
-                self.sampling_copy.refresh()
+            self.state_loaded()
         else:
             check_skip_streak(self.skipped_in_a_row, self.scaler)
         return totals
 
     # --- state --------------------------------------------------------------------------
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The live trainable state by name (what weight slots carry): every weight, or under
+        train.lora the adapters; writing into them changes the policy once `state_loaded`."""
+        if self.adapter is not None:
+            return self.adapter
+        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def state_loaded(self) -> None:
+        """After the trainable state changed: bring the sampling weights up to it."""
+        for follower in (self.merged, self.sampling_copy):
+            if follower is not None:
+                follower.refresh()
+
     def state_digest(self) -> str:
         """`state_digest` of this policy's trainable tensors."""
         return state_digest(self.export_state())
 
+    def base_digest(self) -> str:
+        """`state_digest` of the base weights the adapters sit on (train.lora), or of every
+        weight."""
+        if self.merged is not None:
+            return state_digest(self.merged.base_state())
+        if self.lora is not None:
+            return state_digest(peft_base_state(self.model))
+        return state_digest(dict(self.model.named_parameters()))
+
     def export_state(self) -> dict[str, torch.Tensor]:
-        """A CPU copy of every trainable tensor, by parameter name."""
-        return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters()
-                if p.requires_grad}
+        """A CPU copy of every trainable tensor, by name."""
+        return {n: t.detach().to("cpu", copy=True) for n, t in self.state_tensors().items()}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy trainable tensors into the model in place (names must match export_state)."""
-        params = dict(self.model.named_parameters())
+        """Copy trainable tensors into the policy in place (names must match export_state)."""
+        live = self.state_tensors()
         with torch.no_grad():
             for name, tensor in state.items():
-                params[name].copy_(tensor)
-        if self.sampling_copy is not None:
-            self.sampling_copy.refresh()
+                live[name].copy_(tensor)
+        self.state_loaded()
+
+    def load_adapter(self, path: str | Path) -> None:
+        """Load a saved adapter (`save` under train.lora), refusing one whose base is not
+        this model's."""
+        adapter, base = read_adapter(Path(path))
+        if base != self.base_digest():
+            raise ConfigError(
+                f"the adapter in '{path}' was trained on a base model with digest {base}, "
+                f"but model.path '{self.model_cfg.path}' holds one with digest "
+                f"{self.base_digest()}: point model.path at the base the run trained on")
+        self.load_state(adapter)
 
     def save(self, out_dir: str | Path) -> None:
-        """save_pretrained of model and tokenizer, loadable by from_pretrained."""
-        self.model.save_pretrained(str(out_dir))
+        """save_pretrained of model and tokenizer, loadable by from_pretrained; under
+        train.lora the adapters alone, as PEFT saves them, with their base's digest."""
+        if self.lora is not None:
+            save_adapter(Path(out_dir), self.state_tensors(), self.lora, self.targets,
+                         self.model_cfg.path, self.base_digest())
+        else:
+            self.model.save_pretrained(str(out_dir))
         self.tokenizer.save_pretrained(str(out_dir))
-

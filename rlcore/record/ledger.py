@@ -327,11 +327,13 @@ class RunLedger:
     def finish(self, policy: HFPolicy, *, wall_s: float, cold_start_s: float,
                waits: dict[str, float], placement: dict[str, Any],
                devices: dict[str, str], gpu_peak_bytes: dict[str, int | None],
-               weight_transport: str, replay: dict[str, Any] | None = None,
+               weight_transport: str, weight_bytes: int,
+               replay: dict[str, Any] | None = None,
                run_id: RunId | None = None) -> dict[str, Any]:
         """Save the final policy and finalize the run directory (summary.json last);
         `gpu_peak_bytes` is each role's allocator peak on its GPU (None off CUDA);
-        `weight_transport` where the weight slots lived (`none`: one process, no slots);
+        `weight_transport` where the weight slots lived (`none`: one process, no slots),
+        `weight_bytes` what a version hands over through them (0: none);
         `replay` says what a replay run replayed, `run_id` its name (default: the config's)."""
         if self._open:
             raise RuntimeError(f"{len(self._open)} samples were never settled")
@@ -339,6 +341,7 @@ class RunLedger:
         held = sampling_dtype(self.cfg.model, torch.device(devices["rollout"]))
         summary = build_summary(snapshot, wall_s=wall_s, cold_start_s=cold_start_s, waits=waits,
                                 placement=placement, weight_transport=weight_transport,
+                                weight_bytes=weight_bytes,
                                 rollout_dtype=DTYPE_NAMES[held],
                                 load=self.load.summary(self._worker_cpu_s))
         summary["clock"] = self.clock.describe()

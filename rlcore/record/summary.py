@@ -50,7 +50,8 @@ def _mean(xs: Sequence[float]) -> float:
 
 def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
                   waits: dict[str, float], placement: dict[str, Any], load: dict[str, Any],
-                  weight_transport: str, rollout_dtype: str) -> dict[str, Any]:
+                  weight_transport: str, rollout_dtype: str, weight_bytes: int
+                  ) -> dict[str, Any]:
     """summary.json of a finished run, from the ledger's rows, spans and counts.
 
     `tokens.generated` is counted by the samplers themselves, so the token ledger
@@ -143,7 +144,7 @@ def build_summary(led: LedgerSnapshot, *, wall_s: float, cold_start_s: float,
             "waits": waits,
             "controller_ms_per_sample": 1000 * led.busy_s["controller"] / max(len(samples), 1),
             "weight_sync": {"transport": weight_transport, "rollout_dtype": rollout_dtype,
-                            "write_s": write,
+                            "bytes_per_version": weight_bytes, "write_s": write,
                             "commit_latency_s": commit, "reload_s": reload,
                             "per_version_s": write + commit + reload,
                             "reloads": len(led.reload_s)},

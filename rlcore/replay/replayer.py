@@ -397,6 +397,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
                    "rollout_ratio_s": 0.0},
             placement={"cpus": {}, "unpinned_reason": "a replay runs every role in one thread"},
             devices={"rollout": device, "trainer": device}, weight_transport="none",
+            weight_bytes=0,
             gpu_peak_bytes={**dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(replay.device)),
                             "weight_slots": None},
             replay=info, run_id=original.run_id().replayed_under(cfg.train.objective))

@@ -13,6 +13,7 @@ from rlcore.algo.advantages import compute_advantages
 from rlcore.config import RunConfig
 from rlcore.policy.device import resolve_device
 from rlcore.policy.hf_policy import TrainBatch
+from rlcore.policy.lora import model_targets
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import Generation
 from rlcore.tasks.reward import check_suite
@@ -23,6 +24,8 @@ from rlcore.tasks.suites import Task
 def preflight(cfg: RunConfig) -> list[Task]:
     """Check what a run reads before anything is written; returns the training tasks."""
     check_model_dir(cfg.model.path)
+    if cfg.train.lora is not None:  # a target the model lacks, a rank above a layer's width
+        model_targets(cfg.model.path, cfg.train.lora)
     # a device this machine lacks, or a GPU the installed torch has no kernels for
     for role in ("trainer",) if cfg.mode == "sync" else ("rollout", "trainer"):
         resolve_device(getattr(cfg.model, f"{role}_device"), role)

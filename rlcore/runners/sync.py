@@ -135,6 +135,6 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         waits={"trainer_data_s": waiting_for_data, "trainer_ratio_s": 0.0,
                "rollout_throttle_s": 0.0, "rollout_ratio_s": 0.0},
         placement={"cpus": {}, "unpinned_reason": "sync runs both roles in one thread"},
-        devices={"rollout": device, "trainer": device}, weight_transport="none",
+        devices={"rollout": device, "trainer": device}, weight_transport="none", weight_bytes=0,
         gpu_peak_bytes={**dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(policy.device)),
                         "weight_slots": None})

@@ -94,6 +94,7 @@ class CommitRequest:
     t_sent: float = 0.0  # ... and when it sent this request
     ops: tuple[TrainerOp, ...] = ()  # the trainer's steps since its last report
     work: dict[str, float] = field(default_factory=dict)  # what the update computed
+    digest: str | None = None  # the candidate's `state_digest`, where slots carry digests
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class ParamService:
         elif req.base_version != version:
             reason = f"stale base (candidate from v{req.base_version}, current v{version})"
         else:  # the old current slot becomes the trainer's next staging slot
-            self.slots.publish(req.slot, version + 1)
+            self.slots.publish(req.slot, version + 1, req.digest)
             return CommitAck(True, version + 1, next_slot=current, t=self.clock.now())
         return CommitAck(False, version, next_slot=req.slot, t=self.clock.now(), reason=reason)
 
@@ -61,16 +61,20 @@ def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
 
 
 def param_service_main(ctx: ParamServiceContext) -> None:
-    """Process entry: load the initial weights into slot 0, then serve commits until None."""
-    from rlcore.policy.hf_policy import load_model
+    """Process entry: load the initial weights (or train.lora's initial adapters) into
+    slot 0, then serve commits until None."""
+    from rlcore.policy.hf_policy import load_model, state_digest
+    from rlcore.policy.lora import initial_adapter, model_targets
     from rlcore.policy.model_dir import check_model_dir
 
     clock = ctx.clock
     t_load = clock.now()
-    model = load_model(check_model_dir(ctx.cfg.model.path))
-    ctx.slots.write(0, ctx.slots.ordered(dict(model.named_parameters())))
-    ctx.slots.publish(0, 0)
-    del model
+    path, lora = check_model_dir(ctx.cfg.model.path), ctx.cfg.train.lora
+    state = (dict(load_model(path).named_parameters()) if lora is None
+             else initial_adapter(model_targets(path, lora), lora.rank))
+    ctx.slots.write(0, ctx.slots.ordered(state))
+    ctx.slots.publish(0, 0, state_digest(state) if ctx.slots.digests else None)
+    del state
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), "cpu", clock.now() - t_load))
     serve_commits(ctx)
 

@@ -39,6 +39,7 @@ from rlcore.runners.asynchronous.messages import (
     SampleMsg,
     Stopped,
 )
+from rlcore.runners.asynchronous.weight_slots import check_arrival
 
 
 class Sampling(Chunked, Protocol):
@@ -57,6 +58,10 @@ class RolloutPolicy(Protocol):
     def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]: ...
 
     def decode_response(self, response_ids: Sequence[int]) -> str: ...
+
+    def state_tensors(self) -> dict[str, torch.Tensor]: ...
+
+    def state_loaded(self) -> None: ...
 
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0) -> Sampling: ...
@@ -91,10 +96,11 @@ class Look:
     loop then applies `staleness.interrupt`.
     """
 
-    def __init__(self, ctx: RolloutContext, params: list[torch.Tensor],
+    def __init__(self, ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor],
                  out: RolloutBatch, record: GenerationRecord, sampler: Chunked,
                  version: int):
-        self.ctx, self.params, self.out, self.record = ctx, params, out, record
+        self.ctx, self.policy, self.params, self.out = ctx, policy, params, out
+        self.record = record
         self.sampler, self.version = sampler, version
         self.old_version, self.t_interrupt = version, 0.0
 
@@ -109,16 +115,28 @@ class Look:
         self.out.events.append(Event("rollout_interrupt", self.t_interrupt, {
             "worker": self.ctx.name, "old_version": self.version,
             "new_version": global_version, "interrupt": self.ctx.cfg.staleness.interrupt}))
-        self.old_version, self.version = self.version, reload(self.ctx, self.params, self.out)
+        self.old_version, self.version = self.version, reload(self.ctx, self.policy,
+                                                              self.params, self.out)
         self.record.swap(self.sampler.chunks, self.version)
         return self.version
 
 
-def reload(ctx: RolloutContext, params: list[torch.Tensor], out: RolloutBatch) -> int:
-    """Read the current weights into `params`; returns their version."""
+def load_current(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor]
+                 ) -> int:
+    """Read the current state into `params` (the policy's `state_tensors`), check it is the
+    one published, and bring the sampling weights up to it; returns its version."""
+    v = ctx.slots.read_into(params)
+    check_arrival(ctx.slots, v, policy.state_tensors(), ctx.name)
+    policy.state_loaded()
+    return v
+
+
+def reload(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor],
+           out: RolloutBatch) -> int:
+    """`load_current` as the run goes on, timed and recorded."""
     clock = ctx.clock
     t0 = clock.now()
-    v = ctx.slots.read_into(params)
+    v = load_current(ctx, policy, params)
     clock.charge(Weights("read", ctx.slots.nbytes))
     out.events.append(Event("weight_reload", clock.now(), {
         "worker": ctx.name, "version": v, "reload_s": clock.now() - t0}))
@@ -130,8 +148,8 @@ def rollout_main(ctx: RolloutContext) -> None:
     cfg, clock = ctx.cfg, ctx.clock
     t_load = clock.now()
     policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=ctx.device, clock=clock)
-    params = ctx.slots.ordered(dict(policy.model.named_parameters()))
-    local_version = ctx.slots.read_into(params)
+    params = ctx.slots.ordered(policy.state_tensors())
+    local_version = load_current(ctx, policy, params)
     # a batch takes up to update_batch_size prompts: capture each width's step now
     policy.prepare_decoding(range(1, cfg.train.update_batch_size + 1), ctx.prompts,
                             cfg.rollout.max_new_tokens)
@@ -161,7 +179,7 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
         t_start = clock.now()
         clock.take_work()  # what came before the span is no span's
         if ctx.slots.version() > local_version:
-            local_version = reload(ctx, params, out)
+            local_version = reload(ctx, policy, params, out)
         sampler = policy.sampler([policy.encode_prompt(s.prompt, s.system) for s in batch],
                                  max_new_tokens=ro.max_new_tokens,
                                  temperature=ro.temperature,
@@ -169,7 +187,7 @@ def generate_until_stopped(ctx: RolloutContext, policy: RolloutPolicy,
                                  version=local_version)
         record = out.generation = GenerationRecord(
             ctx.name, [(s.slot_id, s.attempt, s.group_id) for s in batch], local_version)
-        look = Look(ctx, params, out, record, sampler, local_version)
+        look = Look(ctx, policy, params, out, record, sampler, local_version)
         gen = generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt, look)
         local_version = look.version
         sampled += gen.sampled

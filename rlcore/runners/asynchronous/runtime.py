@@ -36,6 +36,7 @@ from rlcore.runners.asynchronous.rollout import rollout_main
 from rlcore.runners.asynchronous.trainer import trainer_main
 from rlcore.runners.asynchronous.weight_slots import (
     WeightSlots,
+    check_arrival,
     check_shared_memory,
     shared_memory_free,
     trainable_spec,
@@ -200,13 +201,13 @@ class Runtime(Lifecycle):
         devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
                    "trainer": resolve_device(m.trainer_device, "trainer")}
         transport = resolve_transport(rt.weight_transport, devices["rollout"])
-        spec = trainable_spec(cfg.model.path)
+        spec = trainable_spec(cfg.model.path, cfg.train.lora)
         if vehicle.processes and transport != "device":
             check_shared_memory(spec, rt.trainer_workers + 1, shared_memory_free())
         slots = WeightSlots(spec, rt.trainer_workers + 1,
                             vehicle.locked_array(2 + rt.trainer_workers + 1),
                             shared=vehicle.processes, transport=transport,
-                            device=devices["rollout"])
+                            device=devices["rollout"], digests=cfg.train.lora is not None)
         cpus, self.unpinned_reason = placement(rt, devices)
         super().__init__(cfg, vehicle, slots, devices, cpus)
         self.slots: WeightSlots = slots
@@ -289,13 +290,16 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
             ledger.worker_cpu(s.cpu_s)
         # The final weights are the parameter service's current slot.
         policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
-        runtime.slots.read_into(runtime.slots.ordered(dict(policy.model.named_parameters())))
+        final = policy.state_tensors()
+        check_arrival(runtime.slots, runtime.slots.read_into(runtime.slots.ordered(final)),
+                      final, "the run's end")
+        policy.state_loaded()
         return ledger.finish(
             policy, wall_s=wall_s, cold_start_s=cold_start_s, waits=dict(controller.waits),
             placement={"cpus": {name: list(cpus) for name, cpus in runtime.cpus.items()},
                        "unpinned_reason": runtime.unpinned_reason},
             devices={role: str(d) for role, d in runtime.devices.items()},
-            weight_transport=runtime.slots.transport,
+            weight_transport=runtime.slots.transport, weight_bytes=runtime.slots.nbytes,
             gpu_peak_bytes={**role_peaks(runtime.stopped), "weight_slots": runtime.slots_bytes()})
     finally:
         runtime.shutdown()

@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 
 from rlcore.clock.work import Weights
 from rlcore.policy.device import peak_gpu_bytes
-from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.hf_policy import HFPolicy, state_digest
 from rlcore.policy.optim_steps import commit_verdict
 from rlcore.record.schedule import TrainerOp
 from rlcore.runners.asynchronous.contexts import TrainerContext
@@ -40,6 +40,7 @@ from rlcore.runners.asynchronous.messages import (
     TrainRequest,
     UpdateDone,
 )
+from rlcore.runners.asynchronous.weight_slots import check_arrival
 
 R = TypeVar("R")  # a batch to train
 A = TypeVar("A")  # the parameter service's verdict
@@ -187,8 +188,10 @@ class Trainer(TrainerRole[TrainRequest]):
     def __init__(self, ctx: TrainerContext):
         self.policy = HFPolicy(ctx.cfg.model, ctx.cfg.train, role="trainer", device=ctx.device,
                                clock=ctx.clock)
-        self.params = ctx.slots.ordered(dict(self.policy.model.named_parameters()))
+        self.named = self.policy.state_tensors()
+        self.params = ctx.slots.ordered(self.named)
         super().__init__(ctx, ctx.slots.read_into(self.params))
+        check_arrival(ctx.slots, self.version, self.named, ctx.name)
         self.ops: list[TrainerOp] = []  # steps not reported yet
         self.steps = 0
 
@@ -202,6 +205,7 @@ class Trainer(TrainerRole[TrainRequest]):
 
     def load(self) -> None:
         self.version = self.ctx.slots.read_into(self.params)
+        check_arrival(self.ctx.slots, self.version, self.named, self.ctx.name)
         self.clock.charge(Weights("read", self.ctx.slots.nbytes))
         self.step("load", self.version)
 
@@ -218,12 +222,13 @@ class Trainer(TrainerRole[TrainRequest]):
                 updated: bool) -> None:
         t_write = self.clock.now()
         self.ctx.slots.write(self.slot, self.params)
+        digest = state_digest(self.named) if self.ctx.slots.digests else None
         self.clock.charge(Weights("write", self.ctx.slots.nbytes))
         stats["time/weight_write_s"] = self.clock.now() - t_write
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, updated, stats, t_start,
                                             self.clock.now(), self.report(),
-                                            self.clock.take_work()))
+                                            self.clock.take_work(), digest))
 
     def refuse(self, req: TrainRequest, reason: str, stats: dict[str, float],
                t_start: float) -> None:

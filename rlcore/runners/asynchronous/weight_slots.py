@@ -34,9 +34,12 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from rlcore.config import ConfigError
+from rlcore.config import ConfigError, LoraConfig
+from rlcore.errors import DeliveryFailed
 from rlcore.policy.device import wait_for
-from rlcore.runners.asynchronous.interfaces import LockedArray
+from rlcore.policy.hf_policy import state_digest
+from rlcore.policy.lora import adapter_spec, model_targets
+from rlcore.runners.asynchronous.interfaces import LockedArray, WeightStore
 
 SHM_DIR = "/dev/shm"  # where torch's share_memory_() keeps shared tensors on Linux
 
@@ -51,6 +54,7 @@ def shared_memory_free(path: str = SHM_DIR) -> int | None:
 
 
 ParamSpec = list[tuple[str, tuple[int, ...], torch.dtype]]
+DIGEST_PREFIX, DIGEST_BYTES = "sha256:", 32  # `state_digest`'s form
 GIB = 2**30
 
 
@@ -74,12 +78,29 @@ def check_shared_memory(spec: ParamSpec, n_slots: int, free: int | None) -> None
         "no shared copies")
 
 
-def trainable_spec(model_dir: str) -> ParamSpec:
-    """Names, shapes and dtypes of the trainable tensors, from the config alone (meta device)."""
+def trainable_spec(model_dir: str, lora: LoraConfig | None = None) -> ParamSpec:
+    """Names, shapes and dtypes of the trainable tensors (every weight, or under `lora` the
+    adapters), from the config alone (meta device)."""
+    if lora is not None:
+        return adapter_spec(model_targets(model_dir, lora), lora.rank)
     config = AutoConfig.from_pretrained(model_dir)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def check_arrival(slots: WeightStore, version: int, state: Mapping[str, torch.Tensor],
+                  reader: str) -> None:
+    """Refuse a state `reader` read at `version` that is not the one published with it (where
+    slots carry digests): it would go on computing with another policy than it reports."""
+    if slots.last_digest is None:
+        return
+    loaded = state_digest(dict(state))
+    if loaded != slots.last_digest:
+        raise DeliveryFailed(
+            f"{reader} loaded policy version {version} as {loaded}, but the parameter service "
+            f"published {slots.last_digest}: the adapter did not arrive, and sampling would "
+            "go on from another policy than the one it reports")
 
 
 # cudaHostRegister of a range the driver already holds page-locked
@@ -177,9 +198,11 @@ class WeightSlots:
     """
 
     def __init__(self, spec: ParamSpec, n_slots: int, state: LockedArray, shared: bool,
-                 transport: str = "host", device: torch.device | None = None):
+                 transport: str = "host", device: torch.device | None = None,
+                 digests: bool = False):
         """`shared`: between processes; `transport` (`resolve_transport`) with `device`, the
-        rollout's GPU, for `device`."""
+        rollout's GPU, for `device`; `digests`: each published slot carries the digest of
+        its state (`state_digest`), which a reader checks what it loaded against."""
         if transport == "device" and (device is None or device.type != "cuda"):
             raise ValueError(f"device weight slots need a CUDA device, not {device}")
 
@@ -205,6 +228,14 @@ class WeightSlots:
         self._state = state
         self._state[1] = -1  # nothing published yet: readers wait for the service's first write
         self._lock = self._state.get_lock()  # also the memory barrier around every copy
+        # Each slot's published digest (sha256 bytes), in host memory whatever the transport
+        self._digests: torch.Tensor | None = None
+        if digests:
+            self._digests = torch.zeros(n_slots, DIGEST_BYTES, dtype=torch.uint8)
+            if shared:
+                self._digests.share_memory_()
+        # The digest published with the copy read_into last returned (None: no digests)
+        self.last_digest: str | None = None
         # Copies read_into discarded because a write overlapped them (in this process's
         # copy of the object): what the sequence lock caught.
         self.retries = 0
@@ -270,9 +301,20 @@ class WeightSlots:
     def version(self) -> int:
         return self.head()[1]
 
-    def publish(self, slot: int, version: int) -> None:
-        """Make `slot` current at `version`. Only the parameter service calls this."""
+    @property
+    def digests(self) -> bool:
+        """Whether a publication carries its state's digest."""
+        return self._digests is not None
+
+    def publish(self, slot: int, version: int, digest: str | None = None) -> None:
+        """Make `slot` current at `version`, with its state's digest where slots carry
+        them. Only the parameter service calls this."""
+        if self._digests is not None and digest is None:
+            raise ValueError(f"version {version} was published without its digest")
         with self._lock:
+            if self._digests is not None and digest is not None:
+                self._digests[slot] = torch.tensor(list(bytes.fromhex(
+                    digest.removeprefix(DIGEST_PREFIX))), dtype=torch.uint8)
             self._state[0] = slot
             self._state[1] = version
 
@@ -292,11 +334,14 @@ class WeightSlots:
             with self._lock:
                 slot, version = int(self._state[0]), int(self._state[1])
                 before = int(self._state[2 + slot]) if version >= 0 else 1
+                digest = (DIGEST_PREFIX + bytes(self._digests[slot].tolist()).hex()
+                          if self._digests is not None else None)
             if before % 2:  # unpublished, or a writer is mid-copy: look again
                 time.sleep(0.001)
                 continue
             self._copy(tensors, self.slots[slot])
             with self._lock:
                 if int(self._state[2 + slot]) == before:
+                    self.last_digest = digest
                     return version
             self.retries += 1  # a writer began during the copy: it may be torn, copy again

@@ -1,0 +1,274 @@
+"""train.lora: config checks, what trains, the merge sampling sees, delivery checked on
+arrival, and a LoRA run in every mode, evaluated and replayed."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.cli import main
+from rlcore.config import ConfigError, RunConfig, config_from_dict
+from rlcore.errors import DeliveryFailed, WorkerFailed
+from rlcore.policy import lora
+from rlcore.policy.hf_policy import HFPolicy, TrainBatch, state_digest
+from rlcore.record.rundir import read_jsonl, validate_summary
+from rlcore.replay.replayer import replay_run
+from rlcore.runners import run_mode
+from rlcore.runners.asynchronous.vehicles import Threads
+from rlcore.runners.asynchronous.weight_slots import (
+    WeightSlots,
+    check_arrival,
+    spec_bytes,
+    trainable_spec,
+)
+from tests.conftest import small_config
+
+RANK = 4
+
+
+def lora_config(model_dir: Path, mode: str = "sync", **lora_keys: Any) -> RunConfig:
+    return config_from_dict(small_config(model_dir, mode=mode, train={
+        "updates": 4, "lora": {"rank": RANK, **lora_keys}}))
+
+
+def batch_of(policy: HFPolicy, rows: int = 8, seed: int = 0) -> TrainBatch:
+    """Responses sampled by the policy, with made-up advantages of both signs."""
+    rng = random.Random(seed)
+    prompts = [policy.encode_prompt(f"{rng.randint(1, 9)}+{rng.randint(1, 9)}=")
+               for _ in range(rows)]
+    from rlcore.policy.sampler import Draws
+
+    gens = policy.generate(prompts, max_new_tokens=4, temperature=1.0, chunk_tokens=4,
+                           draws=Draws(seed, [(i, 0) for i in range(rows)]))
+    return TrainBatch([g.prompt_ids for g in gens], [g.response_ids for g in gens],
+                      [g.logprobs for g in gens], [[0] * len(g.response_ids) for g in gens],
+                      [rng.choice([-1.0, 1.0]) for _ in gens])
+
+
+# --- config -------------------------------------------------------------------------------
+class TestConfig:
+    def test_absent_is_full_fine_tuning(self, tiny_model_dir: Path):
+        assert config_from_dict(small_config(tiny_model_dir)).train.lora is None
+
+    def test_a_bad_value_names_its_key(self, tiny_model_dir: Path):
+        for keys, said in [({"rank": 0}, "train.lora.rank"),
+                           ({"targets": []}, "train.lora.targets"),
+                           ({"dropout": 1.0}, "train.lora.dropout"),
+                           ({"ranks": 4}, "under 'train.lora'")]:
+            with pytest.raises(ConfigError, match=said):
+                config_from_dict(small_config(tiny_model_dir, train={"lora": keys}))
+
+    def test_a_target_the_model_lacks(self, tiny_model_dir: Path, tmp_path: Path):
+        cfg = lora_config(tiny_model_dir, targets=["q_proj", "c_attn"])
+        with pytest.raises(ConfigError, match=r"train.lora.targets names \['c_attn'\].*q_proj"):
+            run_mode(cfg, tmp_path / "run")
+        assert not (tmp_path / "run").exists()  # refused before anything was written
+
+    def test_a_rank_above_a_layer_width(self, tiny_model_dir: Path, tmp_path: Path):
+        cfg = lora_config(tiny_model_dir, rank=4096)
+        with pytest.raises(ConfigError, match="train.lora.rank 4096 is above the width"):
+            run_mode(cfg, tmp_path / "run")
+
+    def test_the_reference_lists_the_section(self):
+        from rlcore.config import config_reference_markdown
+
+        text = config_reference_markdown()
+        assert "## `train.lora`, when set" in text and "| `rank` | `8` |" in text
+
+
+# --- what trains ----------------------------------------------------------------------------
+class TestTraining:
+    def test_only_the_adapters_train_and_every_one_moves(self, tiny_model_dir: Path):
+        cfg = lora_config(tiny_model_dir)
+        policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+        base_before = {n: t.clone() for n, t in lora.peft_base_state(policy.model).items()}
+        adapter_before = policy.export_state()
+        groups = policy.optimizer.param_groups if policy.optimizer else []
+        assert {id(p) for g in groups for p in g["params"]} == \
+            {id(t) for t in policy.state_tensors().values()}
+        for seed in range(3):  # B starts at zero, so A's gradient needs a step first
+            policy.update(batch_of(policy, seed=seed), temperature=1.0, current_version=seed)
+        after = policy.export_state()
+        assert set(after) == set(adapter_before) and len(after) == 2 * 7 * 2  # 2 layers
+        assert all(not torch.equal(adapter_before[n], after[n]) for n in after)
+        base_after = lora.peft_base_state(policy.model)
+        assert set(base_after) == {n for n, _ in
+                                   HFPolicy(cfg.model, config_from_dict(small_config(
+                                       tiny_model_dir)).train).model.named_parameters()}
+        assert all(torch.equal(base_before[n], base_after[n]) for n in base_after)
+
+    def test_version_zero_is_the_base_in_every_role(self, tiny_model_dir: Path):
+        cfg = lora_config(tiny_model_dir)
+        trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        assert trainer.state_digest() == rollout.state_digest()
+        assert trainer.base_digest() == rollout.base_digest()
+        full = HFPolicy(cfg.model, config_from_dict(small_config(tiny_model_dir)).train)
+        assert rollout.base_digest() == full.base_digest()
+
+    def test_the_rollout_merges_what_it_loads(self, tiny_model_dir: Path):
+        cfg = lora_config(tiny_model_dir)
+        trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
+        for seed in range(2):
+            trainer.update(batch_of(trainer, seed=seed), temperature=1.0, current_version=seed)
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        base = rollout.merged.base_state() if rollout.merged else {}
+        rollout.load_state(trainer.export_state())
+        assert rollout.state_digest() == trainer.state_digest()
+        s = lora.scale(cfg.train.lora)
+        for t in rollout.targets:
+            a, b = (rollout.state_tensors()[n] for n in (t.a_name, t.b_name))
+            expected = base[f"{t.path}.weight"] + s * b @ a  # by hand
+            assert torch.allclose(lora.weight(rollout.model, t.path), expected, atol=1e-6)
+        # the rollout samples with the merge; the trainer recomputes unmerged: they agree
+        # to rounding
+        batch = batch_of(rollout, seed=5)
+        recomputed = trainer.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
+        gap = max(abs(x - y) for r, q in zip(batch.behav_logprobs, recomputed, strict=True)
+                  for x, y in zip(r, q, strict=True))
+        assert gap < 1e-4
+
+    def test_dropout_draws_are_keyed_by_the_update(self, tiny_model_dir: Path):
+        cfg = lora_config(tiny_model_dir, dropout=0.5)
+        runs = []
+        for _ in range(2):
+            torch.manual_seed(123)
+            policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+            batch = batch_of(policy)
+            torch.manual_seed(_)  # the global generator must not matter
+            policy.update(batch, temperature=1.0, current_version=0)
+            runs.append(policy.state_digest())
+        assert runs[0] == runs[1]
+
+
+# --- delivery ------------------------------------------------------------------------------
+class TestDelivery:
+    def slots(self, digests: bool = True) -> WeightSlots:
+        spec = [("w", (3,), torch.float32)]
+        return WeightSlots(spec, 2, Threads().locked_array(4), shared=False, digests=digests)
+
+    def test_a_reader_gets_the_digest_published_with_its_copy(self):
+        slots = self.slots()
+        state = {"w": torch.tensor([1.0, 2.0, 3.0])}
+        slots.write(1, [state["w"]])
+        slots.publish(1, 5, state_digest(state))
+        got = {"w": torch.zeros(3)}
+        assert slots.read_into([got["w"]]) == 5
+        assert slots.last_digest == state_digest(state)
+        check_arrival(slots, 5, got, "rollout0")  # what arrived is what was published
+
+    def test_a_state_that_did_not_arrive_stops_the_reader(self):
+        slots = self.slots()
+        published = {"w": torch.tensor([1.0, 2.0, 3.0])}
+        slots.write(1, [published["w"]])
+        slots.publish(1, 3, state_digest(published))
+        slots.read_into([torch.zeros(3)])  # into a copy: the reader's own state is untouched
+        with pytest.raises(DeliveryFailed, match="rollout0 loaded policy version 3"):
+            check_arrival(slots, 3, {"w": torch.zeros(3)}, "rollout0")
+
+    def test_slots_without_digests_check_nothing(self):
+        slots = self.slots(digests=False)
+        slots.write(0, [torch.ones(3)])
+        slots.publish(0, 0)
+        slots.read_into([torch.zeros(3)])
+        assert slots.last_digest is None
+        check_arrival(slots, 0, {"w": torch.zeros(3)}, "rollout0")
+
+    def test_a_publication_without_its_digest_is_refused(self):
+        with pytest.raises(ValueError, match="without its digest"):
+            self.slots().publish(0, 0)
+
+    @pytest.mark.slow
+    def test_a_rollout_whose_adapter_is_withheld_stops_the_run(
+            self, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        live = HFPolicy.state_tensors
+
+        def withheld(self: HFPolicy) -> dict[str, torch.Tensor]:
+            # a rollout whose loads land in a copy: its sampling weights never change
+            state = live(self)
+            return {n: t.clone() for n, t in state.items()} if self.merged else state
+
+        monkeypatch.setattr(HFPolicy, "state_tensors", withheld)
+        with pytest.raises(WorkerFailed, match="rollout0") as failed:
+            run_mode(lora_config(tiny_model_dir, mode="async"), tmp_path / "run")
+        # the first version after 0 it loads (which one is up to timing) is refused
+        assert re.search(r"rollout0 loaded policy version [1-9]\d* as sha256:\w+, but the "
+                         r"parameter service published", str(failed.value.__cause__))
+        assert not (tmp_path / "run" / "summary.json").exists()
+
+
+# --- every mode ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lora_runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("lora")
+    runs = {}
+    for mode in ("sync", "async", "areal"):
+        run_mode(lora_config(tiny_model_dir, mode=mode), out / mode)
+        runs[mode] = out / mode
+    return runs
+
+
+@pytest.mark.slow
+class TestModes:
+    @pytest.mark.parametrize("mode", ["sync", "async", "areal"])
+    def test_a_run_saves_its_adapter_and_hands_only_it_over(
+            self, lora_runs: dict[str, Path], tiny_model_dir: Path, mode: str):
+        run = lora_runs[mode]
+        summary = json.loads((run / "summary.json").read_text())
+        validate_summary(summary)
+        assert summary["updates"] == 4
+        cfg = lora_config(tiny_model_dir)
+        adapter_bytes = spec_bytes(trainable_spec(str(tiny_model_dir), cfg.train.lora))
+        full_bytes = spec_bytes(trainable_spec(str(tiny_model_dir)))
+        sync = summary["scheduling"]["weight_sync"]
+        assert sync["bytes_per_version"] == (0 if mode == "sync" else adapter_bytes)
+        assert adapter_bytes < full_bytes / 4
+        saved, base = lora.read_adapter(run / "policy")
+        assert state_digest(saved) == summary["reproducibility"]["state_digest"]
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        assert base == rollout.base_digest()
+        assert {u["version"] for u in read_jsonl(run / "updates.jsonl")} == {1, 2, 3, 4}
+
+    def test_eval_scores_the_adapter_on_its_base(self, lora_runs: dict[str, Path],
+                                                 tiny_model_dir: Path):
+        run = lora_runs["areal"]
+        assert main(["eval", str(run)]) == 0
+        assert main(["eval", str(run), "--weights", "base"]) == 0
+        final, base = (json.loads((run / f).read_text()) for f in ("eval.json",
+                                                                    "eval_base.json"))
+        assert final["policy"] == "final" and base["policy"] == "base"
+
+    def test_eval_refuses_an_adapter_on_another_base(self, lora_runs: dict[str, Path],
+                                                     tmp_path: Path):
+        run = lora_runs["sync"]
+        meta = json.loads((run / "policy" / lora.BASE_FILE).read_text())
+        meta["base_digest"] = "sha256:" + "0" * 64
+        (run / "policy" / lora.BASE_FILE).write_text(json.dumps(meta))
+        with pytest.raises(ConfigError, match="trained on a base model with digest"):
+            from rlcore.evaluation import evaluate_run
+
+            evaluate_run(run)
+
+    @pytest.mark.parametrize("mode", ["areal", "sync"])
+    def test_a_lora_run_replays_bit_for_bit(self, lora_runs: dict[str, Path], tmp_path: Path,
+                                            mode: str):
+        summary = replay_run(lora_runs[mode], tmp_path / "replay")
+        original = json.loads((lora_runs[mode] / "summary.json").read_text())
+        assert summary["reproducibility"]["state_digest"] == \
+            original["reproducibility"]["state_digest"]
+        a, b = (read_jsonl(d / "updates.jsonl") for d in (lora_runs[mode], tmp_path / "replay"))
+        assert [r["loss"] for r in a] == [r["loss"] for r in b]
+
+    def test_a_counterfactual_replay_under_another_objective(self, lora_runs: dict[str, Path],
+                                                             tmp_path: Path):
+        summary = replay_run(lora_runs["areal"], tmp_path / "cf",
+                             overrides=["train.objective=decoupled"])
+        assert summary["reproducibility"]["replay"]["kind"] == "counterfactual"
+        assert summary["objective"] == "decoupled"
