@@ -30,7 +30,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rlcore-installed
 CONFIG ?= config/config.yaml
-# torch's wheel index; empty = the default (a CPU build here). GPUs: README, "GPU setup".
+# torch's wheel index; empty = the default (a CPU build here). GPUs: docs/setup.md, "GPU setup"
+# (into a new .venv only: an existing one keeps its torch, whose build meets the lock).
 TORCH_INDEX ?=
 # Exact versions of everything `make setup` installs (torch without its build tag, e.g. +cpu).
 LOCK := requirements.lock

@@ -98,15 +98,45 @@ DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs
 SOURCE_DIRS = ("rlcore", "workflow", "tests", "tools")
 
 
+def class_members(node: ast.ClassDef) -> set[str]:
+    """A class's methods, its fields and the attributes its methods set on `self`."""
+    members: set[str] = set()
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            members.add(item.name)
+            members |= {t.attr for sub in ast.walk(item)
+                        for t in (sub.targets if isinstance(sub, ast.Assign) else
+                                  [sub.target] if isinstance(sub, ast.AnnAssign) else [])
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                        and t.value.id == "self"}
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            members.add(item.target.id)
+        elif isinstance(item, ast.Assign):
+            members |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+    return members
+
+
 def defined_names(path: Path) -> set[str]:
-    """Top-level classes, functions and assignments of a module, and each class's methods."""
+    """Top-level classes, functions and assignments of a module, and each class's members
+    (`Class.name`), those it inherits from the module's other classes included."""
     names: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    body = ast.parse(path.read_text()).body
+    classes = {n.name: n for n in body if isinstance(n, ast.ClassDef)}
+
+    def members(node: ast.ClassDef, seen: frozenset[str] = frozenset()) -> set[str]:
+        own = class_members(node)
+        for base in node.bases:
+            name = base.value.id if isinstance(base, ast.Subscript) and isinstance(
+                base.value, ast.Name) else base.id if isinstance(base, ast.Name) else None
+            if name in classes and name not in seen:
+                own |= members(classes[name], seen | {node.name})
+        return own
+
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names.add(node.name)
             if isinstance(node, ast.ClassDef):
-                names |= {f"{node.name}.{n.name}" for n in node.body
-                          if isinstance(n, ast.FunctionDef)}
+                names |= {f"{node.name}.{m}" for m in members(node)}
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names |= {t.id for t in targets if isinstance(t, ast.Name)}
@@ -354,3 +384,361 @@ def test_the_tasks_page_states_the_chain_answer_lengths():
         chars.min(), chars.max(), tokens.min(), tokens.max(), round(float(tokens.mean()), 1),
         *(int(p) for p in np.percentile(tokens, [10, 90]))))], (
         "docs/tasks.md's chain answer lengths are stale")
+
+
+# --- docs/metrics.md: the glossary names every key the records define, and only those -------
+
+METRICS = ROOT / "docs" / "metrics.md"
+
+
+def glossary_sections() -> dict[str, str]:
+    """docs/metrics.md's sections by heading."""
+    parts = re.split(r"^## (.+)$", METRICS.read_text(), flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def glossary_rows(heading: str) -> list[tuple[str, str]]:
+    """The (name, meaning) cells of the table under the heading that starts with `heading`."""
+    (section,) = [text for name, text in glossary_sections().items()
+                  if name.startswith(heading)]
+    return [(name, meaning) for name, meaning in
+            re.findall(r"^\| (.+?) \| (.+) \|\s*$", section, re.M)
+            if name not in ("name", "section.key", "type") and not set(name) <= set("-|")]
+
+
+def named_keys(cell: str) -> list[str]:
+    """The dotted keys a glossary row names: `a.b / c / d` is a.b, a.c and a.d; `.e` and a
+    bare `f` after `a.b` are a.e and a.f."""
+    keys: list[str] = []
+    for item in re.findall(r"`([^`]+)`", cell):
+        for i, part in enumerate(p.strip() for p in item.split("/")):
+            if part.startswith("."):
+                part = keys[-1].rsplit(".", 1)[0] + part
+            elif "." not in part and (i > 0 or keys) and "." in keys[-1]:
+                part = keys[-1].rsplit(".", 1)[0] + "." + part
+            keys.append(part)
+    return keys
+
+
+def summary_schema_keys() -> list[str]:
+    schema = json.loads((ROOT / "rlcore" / "record" / "schemas" / "summary.schema.json")
+                        .read_text())
+    return schema_keys(schema)
+
+
+def test_the_glossary_names_every_summary_key():
+    """Every key summary.schema.json defines is a row of docs/metrics.md's summary.json table,
+    or, below a row that names its parent, named in that row's meaning; a section is covered
+    by its keys."""
+    rows = [(key, meaning) for name, meaning in glossary_rows("summary.json")
+            for key in named_keys(name)]
+    documented = {key for key, _ in rows}
+    keys = summary_schema_keys()
+    missing = []
+    for key in keys:
+        parent, _, leaf = key.rpartition(".")
+        if key in documented or any(d.startswith(key + ".") for d in documented):
+            continue
+        if any(d == parent and f"`{leaf}`" in meaning for d, meaning in rows):
+            continue
+        missing.append(key)
+    assert missing == [], f"docs/metrics.md does not explain summary.json's {missing}"
+    unknown = sorted(documented - set(keys))
+    assert unknown == [], f"docs/metrics.md names summary.json keys the schema lacks: {unknown}"
+
+
+def literal_keys(path: Path, *functions: str) -> set[str]:
+    """The string keys of the dict literals in `functions` of a module (and those a dict
+    comprehension takes from a tuple of strings)."""
+    keys: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name in functions:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Dict):
+                    keys |= {k.value for k in sub.keys
+                             if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                elif isinstance(sub, ast.DictComp):
+                    keys |= {e.value for g in sub.generators if isinstance(g.iter, ast.Tuple)
+                             for e in g.iter.elts
+                             if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return keys
+
+
+def glossary_names(*headings: str) -> set[str]:
+    """Every name in backticks in the tables and text of the sections under `headings`."""
+    return {name for heading, text in glossary_sections().items()
+            if heading.startswith(headings) for name in re.findall(r"`([\w/.]+)`", text)}
+
+
+@pytest.mark.parametrize(("record", "headings", "source", "functions"), [
+    ("samples.jsonl", ("samples.jsonl",), "record/samples.py", ("sample_row",)),
+    ("updates.jsonl", ("updates.jsonl",), "record/ledger.py", ("record_update",)),
+    ("eval.json", ("eval.json",), "evaluation.py", ("evaluate_policy", "evaluate_run")),
+])
+def test_the_glossary_names_every_key_a_record_row_has(record, headings, source, functions):
+    keys = literal_keys(ROOT / "rlcore" / source, *functions)
+    if record == "updates.jsonl":  # the objective's statistics and the in-place commit's
+        from rlcore.algo.objectives import LossStats
+        from rlcore.record.ledger import IN_PLACE_COMMIT
+
+        keys |= set(LossStats(*[0.0] * 7).as_dict()) | set(IN_PLACE_COMMIT)
+    missing = sorted(keys - glossary_names(*headings))
+    assert missing == [], f"docs/metrics.md does not explain {record}'s {missing}"
+
+
+def test_the_glossary_names_every_event_and_its_fields():
+    from rlcore.record.ledger import EVENT_FIELDS
+
+    rows = {re.findall(r"`(\w+)`", name)[0]: meaning
+            for name, meaning in glossary_rows("events.jsonl")}
+    assert sorted(rows) == sorted(EVENT_FIELDS), "docs/metrics.md's events table is stale"
+    missing = {kind: sorted(f for f in fields if f"`{f}`" not in rows[kind])
+               for kind, fields in EVENT_FIELDS.items()}
+    assert not any(missing.values()), f"docs/metrics.md's events lack fields: {missing}"
+
+
+def test_the_eval_rows_name_only_keys_that_eval_json_has():
+    keys = literal_keys(ROOT / "rlcore" / "evaluation.py", "evaluate_policy", "evaluate_run")
+    named = {key for name, _ in glossary_rows("eval.json") for key in named_keys(name)}
+    assert sorted(named - keys) == []
+
+
+# A class or a method named bare in backticks (`HFPolicy.update`, `Lifecycle`): one that
+# rlcore's sources (or its tests and tools) define, or one of these libraries'.
+BARE_NAME = re.compile(r"`([A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*(?:\.[A-Za-z_]\w*)?)(?:\(\))?`")
+NOT_PYTHON = {"Snakefile", "MinJobAge"}  # a file, a Slurm setting
+
+
+def source_names() -> set[str]:
+    return {name for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py")
+            for name in defined_names(p)}
+
+
+def library_name(name: str) -> bool:
+    """Whether transformers or torch has the class `name` names (and its member)."""
+    import torch
+    import transformers
+
+    cls, _, member = name.partition(".")
+    for lib in (transformers, torch, torch.nn, torch.amp, torch.cuda):
+        obj = getattr(lib, cls, None)
+        if obj is not None and (not member or hasattr(obj, member)):
+            return True
+    return False
+
+
+def test_docs_name_only_classes_and_methods_that_exist():
+    """Every class and `Class.member` a doc names bare in backticks is defined (the
+    `path.py::name` references are checked above)."""
+    defined = source_names()
+    named = {(doc.relative_to(ROOT).as_posix(), name) for doc in DOCS
+             for name in BARE_NAME.findall(doc.read_text())}
+    broken = sorted((doc, name) for doc, name in named
+                    if name not in defined and name.split(".")[0] not in NOT_PYTHON
+                    and not library_name(name))
+    assert broken == [], f"docs name classes or members that no module defines: {broken}"
+
+
+def test_the_bare_names_check_sees_members_and_inheritance(tmp_path: Path):
+    module = tmp_path / "m.py"
+    module.write_text("class A:\n    x: int = 0\n    def f(self):\n        self.y = 1\n"
+                      "class B(A):\n    def g(self): ...\n")
+    names = defined_names(module)
+    assert {"A.x", "A.f", "A.y", "B.g", "B.f", "B.x"} <= names and "A.g" not in names
+    assert library_name("DynamicCache") and not library_name("DynamicCache.no_such_member")
+
+
+# --- docs/layout.md: the packages in the layers' order, and a reading path to the loop -----
+
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest prefix of `module` (its own layer)."""
+    from tests.test_layout import LAYERS
+
+    matches = [(len(p), i) for i, p in enumerate(LAYERS)
+               if module == p or module.startswith(p + ".")]
+    return max(matches)[1]
+
+
+def test_the_layout_table_follows_the_layers_imports_point_down():
+    """docs/layout.md's package rows come in the order of tests/test_layout.py's LAYERS, the
+    root modules' row first."""
+    rows = re.findall(r"^\| `(rlcore/(?:[a-z_]+/)*)` \|", LAYOUT.read_text(), re.M)
+    assert rows[0] == "rlcore/", "docs/layout.md: the root modules' row comes first"
+    packages = [row.rstrip("/").replace("/", ".") for row in rows[1:]]
+    ordered = sorted(packages, key=lambda p: (layer_of(p), p))
+    assert packages == ordered, (
+        f"docs/layout.md: order the package rows as tests/test_layout.py's LAYERS: {ordered}")
+
+
+def test_the_layout_page_says_where_each_module_layer_sits():
+    """A module that LAYERS places on its own (a root module above the lowest package, or a
+    package's module below its package) says in its row between which packages it sits:
+    `evaluation.py` (above `record/`), `registry.py` (below `config/`)."""
+    from tests.test_layout import LAYERS
+
+    text = LAYOUT.read_text()
+    rows = dict(re.findall(r"^\| `(rlcore/(?:[a-z_]+/)*)` \| (.*)\|\s*$", text, re.M))
+    folders = [i for i, layer in enumerate(LAYERS) if (ROOT / layer.replace(".", "/")).is_dir()]
+
+    def folder(i: int) -> str:
+        return "`" + LAYERS[i].split(".", 1)[1].replace(".", "/") + "/`"
+
+    wrong = []
+    for i, layer in enumerate(LAYERS):
+        path = ROOT / (layer.replace(".", "/") + ".py")
+        if not path.is_file() or i < folders[0]:
+            continue
+        package = path.parent.relative_to(ROOT).as_posix() + "/"
+        if package == "rlcore/":
+            where = "above " + folder(max(j for j in folders if j < i))
+        else:
+            where = "below " + folder(min(j for j in folders if j > i))
+        if not re.search(rf"`{re.escape(path.name)}` \([^)]*{re.escape(where)}",
+                         rows.get(package, "")):
+            wrong.append(f"{package}{path.name}: say '(... {where} ...)' in its row")
+    assert wrong == [], wrong
+
+
+def reading_path() -> str:
+    """The numbered list of docs/layout.md's *Where to start reading*."""
+    section = LAYOUT.read_text().split("## Where to start reading", 1)[1].split("\n## ")[0]
+    return "\n".join(re.findall(r"^(?:\d+\.| {3}).*$", section, re.M))
+
+
+def test_the_reading_path_reaches_the_loop():
+    """The numbered reading path goes from `rlcore run` through the AReaL-style runner to the
+    loop that feeds the controller, naming each function as `file.py::name`, in call order."""
+    refs = re.findall(r"`((?:[\w/]+/)?\w+\.py)::([\w.]+)`", reading_path())
+    chain = ["cli.py::main", "cli.py::_run", "runners/__init__.py::run_mode",
+             "runners/areal.py::async_areal_style",
+             "runners/asynchronous/runtime.py::run_async",
+             "runners/asynchronous/runtime.py::Runtime.launch",
+             "runners/asynchronous/runtime.py::Runtime.barrier",
+             "runners/asynchronous/runtime.py::Lifecycle.drive",
+             "runners/asynchronous/controller.py::Controller.on_message",
+             "runners/asynchronous/controller.py::Controller.pump"]
+    named = [f"{path}::{name}" for path, name in refs]
+    missing = [c for c in chain if c not in named]
+    assert missing == [], f"docs/layout.md's reading path skips {missing}"
+    order = [named.index(c) for c in chain]
+    assert order == sorted(order), "docs/layout.md's reading path: name them in call order"
+
+
+# --- estimates: derived from docs/results.md's job times by one function, never typed --------
+
+ESTIMATE = re.compile(r"about ([\d.]+ (?:minutes|hours)) of jobs")
+# A duration typed beside a grid: "takes about 2.5 hours", "about 10 to 15 minutes".
+TYPED = re.compile(r"about [\d.]+(?: to [\d.]+)? (?:minutes|hours)\b(?! of jobs)")
+# Durations of what is no grid's runs: the tests, the lock, the benchmarks and the checks.
+NOT_A_GRID = re.compile(r"make (?:test|check|lock|paper-smoke|profile|check-virtual|gpu-check)"
+                        r"\b|rlcore (?:bench|plan|calibrate|fidelity)")
+
+
+def sentences(paragraph: str) -> list[str]:
+    return re.split(r"(?<=\.)\s+(?=[A-Z`*(])", paragraph)
+
+
+def stated_estimates() -> list[tuple[str, str | None, bool, str]]:
+    """Each estimate the docs state as (doc, the overlay its paragraph names or None for
+    config/config.yaml, whether it is what the overlay adds, the duration stated)."""
+    found = []
+    for doc in DOCS:
+        if doc.name == "results.md" and doc.parent.name == "docs":
+            continue
+        for paragraph in paragraphs(doc):
+            named = [n for n in GRID_OVERLAYS if re.search(rf"(?<![\w-]){re.escape(n)}",
+                                                           paragraph)]
+            for sentence in sentences(paragraph):
+                for stated in ESTIMATE.findall(sentence):
+                    assert len(named) <= 1, f"{doc.name}: which grid? {named}: {sentence}"
+                    found.append((doc.relative_to(ROOT).as_posix(), named[0] if named else None,
+                                  bool(re.search(r"\badds?\b", sentence)), stated))
+    return found
+
+
+def test_the_docs_estimates_are_the_results_pages_job_times_multiplied_out():
+    """An estimate of a grid's time is `results_page.grid_seconds` of its counts at
+    docs/results.md's median job times, stated by `results_page.duration`: retaking the
+    page moves the figures, and a test says which."""
+    tool = results_page()
+    medians, cores = tool.job_times((ROOT / "docs" / "results.md").read_text())
+    seconds = {None: tool.grid_seconds(grid_counts(pipeline_config()), medians, cores)}
+    seconds |= {n: tool.grid_seconds(grid_counts(pipeline_config(n)), medians, cores)
+                for n in GRID_OVERLAYS}
+    estimates = stated_estimates()
+    assert estimates, "the docs state no estimate of a grid's time"
+    wrong = [f"{doc}: 'about {stated} of jobs' for {overlay or 'config.yaml'}"
+             f"{' (what it adds)' if adds else ''}, where the job times give 'about {want}'"
+             for doc, overlay, adds, stated in estimates
+             if stated != (want := tool.duration(
+                 seconds[overlay] - (seconds[None] if adds else 0.0)))]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_no_grid_time_is_typed():
+    """A paragraph about running a grid (`make run`, an overlay) states its time as an
+    estimate from the job times ("about 7 minutes of jobs"), not as a figure typed in."""
+    typed = []
+    for doc in DOCS:
+        if doc.name == "results.md" and doc.parent.name == "docs":
+            continue
+        for paragraph in paragraphs(doc):
+            if not re.search(r"make run|\bgrid\b|\bruns\b", paragraph) and not any(
+                    n in paragraph for n in GRID_OVERLAYS):
+                continue
+            typed += [f"{doc.relative_to(ROOT)}: {m}" for s in sentences(paragraph)
+                      if not NOT_A_GRID.search(s) for m in TYPED.findall(s)]
+    assert typed == [], "typed grid times (derive them: tools/results_page.py::grid_seconds):\n" \
+        + "\n".join(typed)
+
+
+# --- keys: every dotted key a doc names is one a schema defines ------------------------------
+
+
+def dotted_keys(schema: dict[str, Any], prefix: str = "") -> tuple[set[str], set[str]]:
+    """A schema's dotted keys (a list's items under the list's own name), and the keys of
+    free-form objects, whose own keys no schema names (`reproducibility.replay`)."""
+    keys: set[str] = set()
+    free: set[str] = set()
+    for name, prop in schema.get("properties", {}).items():
+        key = prefix + name
+        keys.add(key)
+        subs = [prop, prop.get("items", {}), *prop.get("anyOf", []), *prop.get("oneOf", [])]
+        if isinstance(prop.get("additionalProperties"), dict):
+            subs.append(prop["additionalProperties"])
+        if prop.get("type") == "object" and not any("properties" in s for s in subs):
+            free.add(key)
+        for sub in subs:
+            k, f = dotted_keys(sub, key + ".")
+            keys |= k
+            free |= f
+    return keys, free
+
+
+def test_docs_name_only_keys_a_schema_defines():
+    """A dotted key in backticks whose first part is a section of the run config, the
+    pipeline config or summary.json (`train.objective`, `grid.replays.of.clock`,
+    `metrics.accepted_samples_per_s`) is a key of that schema, or a name a release renamed
+    (`rlcore/config/renamed.py`), or lies below a free-form object."""
+    from rlcore.config.renamed import PIPELINE_RENAMES, RUN_RENAMES
+
+    run, run_free = dotted_keys(run_config_schema())
+    pipeline, pipeline_free = dotted_keys(
+        yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text()))
+    summary, summary_free = dotted_keys(json.loads(
+        (ROOT / "rlcore" / "record" / "schemas" / "summary.schema.json").read_text()))
+    known = run | pipeline | summary | {"run." + k for k in run}
+    free = run_free | pipeline_free | summary_free
+    renamed = {".".join([*(w for w in r.where if w != "*"), r.old])
+               for r in (*RUN_RENAMES, *PIPELINE_RENAMES)}
+    sections = {k.split(".")[0] for k in known if "." in k}
+    named = {(doc.relative_to(ROOT).as_posix(), key) for doc in DOCS
+             for key in re.findall(r"`([a-z_]+(?:\.[a-z_0-9]+)+)(?::[^`]*)?`", doc.read_text())}
+    unknown = sorted((doc, key) for doc, key in named
+                     if key.split(".")[0] in sections and key not in known | renamed
+                     and not re.search(r"\.(py|json|jsonl|md|yaml|parquet|rst)$", key)
+                     and not any(key.startswith(f + ".") for f in free))
+    assert unknown == [], f"docs name keys no schema defines: {unknown}"

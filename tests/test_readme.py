@@ -71,3 +71,13 @@ def test_the_grid(default: tuple[dict[str, Any], RunConfig]):
         str(cfg.train.updates), str(cfg.train.update_batch_size))
     seeds = data["grid"]["seeds"]
     assert stated(r"seeds (\d+) to (\d+)") == (str(min(seeds)), str(max(seeds)))
+
+
+def test_the_documentation_list_names_every_page():
+    """README's *Documentation* names each page of docs/ once, and no page that is not
+    there: the list is the reader's map."""
+    section = README.split("## Documentation", 1)[1]
+    named = re.findall(r"^- (docs/[\w.]+\.md|config/README\.md):", section, re.M)
+    pages = sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(n for n in named if n.startswith("docs/")) == pages
+    assert len(named) == len(set(named)) and "config/README.md" in named

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import statistics
 import sys
 import textwrap
@@ -23,18 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results.md"
 GOLDEN = ROOT / "tests" / "golden" / "virtual_grid.json"
 WEIGHTS = "policy/model.safetensors"
-TABLES = [  # (file under tables/, heading, what it is)
-    ("findings.md", "Findings", "each claim's verdict on each clock, as the report's front "
-     "page opens"),
-    ("claims.md", "The claims table", "docs/claims.md says how a verdict is reached"),
-    ("table1.md", "Table 1", "every configuration of the grid, mean ± 95 % CI over seeds "
-     "(docs/pipeline.md says how to read it)"),
-    ("k_sweep.md", "The K sweep", "the paper's preset at each K"),
-    ("quality_vs_k.md", "Quality against K", "held-out pass rate per objective (AReaL's "
-     "Table 2), on the emulated V100s"),
-    ("replays.md", "Replays", "each emulated run of the paper's preset trained again under "
-     "other objectives on its own schedule (docs/replay.md)"),
-    ("paper_beside.md", "The paper beside us", "what each claim's source reported"),
+JOB_KINDS = ("live runs", "emulated runs", "replays")
+TABLES = [  # (file under tables/, heading, the sentence that leads it)
+    ("findings.md", "Findings", "Each claim's verdict on each clock, as the report's front "
+     "page opens."),
+    ("claims.md", "The claims table", "docs/claims.md says how a verdict is reached."),
+    ("table1.md", "Table 1", "Every configuration of the grid, mean ± 95 % CI over seeds "
+     "(docs/pipeline.md says how to read it)."),
+    ("k_sweep.md", "The K sweep", "Every configuration of the grid, what staleness cost it: "
+     "accepted and dropped samples, resubmissions, wasted tokens, accepted samples/s, the "
+     "held-out pass rate and the prompt audit's length bias, mean ± 95 % CI over seeds; the "
+     "paper's preset at K = 1 and 8 is its K sweep."),
+    ("quality_vs_k.md", "Quality against K", "Held-out pass rate per objective and K "
+     "(AReaL's Table 2) of the `figures.k_axis` arm, with sync as the K = 0 reference."),
+    ("replays.md", "Replays", "Each run of `grid.replays.of` trained again under other "
+     "objectives on its own schedule (docs/replay.md)."),
+    ("paper_beside.md", "The paper beside us", "What each claim's source reported."),
 ]
 
 
@@ -59,13 +64,42 @@ def measured_fingerprint(results: Path) -> str:
 
 def jobs(results: Path) -> dict[str, list[float]]:
     """Seconds of each kind of job (time.job_s), from the summaries."""
-    out: dict[str, list[float]] = {"live runs": [], "emulated runs": [], "replays": []}
+    out: dict[str, list[float]] = {kind: [] for kind in JOB_KINDS}
     for summary in sorted(results.glob("runs/**/summary.json")):
         kind = "live runs" if "/runs/wall/" in summary.as_posix() else "emulated runs"
         out[kind].append(json.loads(summary.read_text())["time"]["job_s"])
     for summary in sorted(results.glob("replays/**/summary.json")):
         out["replays"].append(json.loads(summary.read_text())["time"]["job_s"])
     return out
+
+
+def job_times(page: str) -> tuple[dict[str, float], int]:
+    """The median seconds of each kind of job and the cores of the host, as a results page
+    (docs/results.md) states them."""
+    medians = {kind: float(median) for kind, median in
+               re.findall(r"^\| (live runs|emulated runs|replays) \| \d+ \| \d+ \| ([\d.]+) \|$",
+                          page, re.M)}
+    cores = re.search(r"\*\*Host of the live runs:\*\*.*?; (\d+) cores;", page, re.S)
+    if set(medians) != set(JOB_KINDS) or cores is None:
+        raise ValueError("the results page states no job times or cores: retake it")
+    return medians, int(cores[1])
+
+
+def grid_seconds(counts: dict[str, int], medians: dict[str, float], cores: int) -> float:
+    """How long a grid's run and replay jobs take at these median job times: a live run
+    holds the machine alone, emulated runs and replays take a core each, `cores` at once
+    (workflow/rules/common.smk). The base model, the plan and the analysis are not in it."""
+    return (counts["live"] * medians["live runs"]
+            + (counts["virtual"] * medians["emulated runs"]
+               + counts["replays"] * medians["replays"]) / cores)
+
+
+def duration(seconds: float) -> str:
+    """A duration as the docs state an estimate: whole minutes, from 90 on hours to 0.1."""
+    minutes = round(seconds / 60)
+    if minutes >= 90:
+        return f"{seconds / 3600:.1f} hours"
+    return "1 minute" if minutes == 1 else f"{minutes} minutes"
 
 
 def host(results: Path) -> str:
@@ -107,12 +141,13 @@ def page(results: Path) -> str:
         if seconds:
             lines.append(f"| {kind} | {len(seconds)} | {sum(seconds):.0f} | "
                          f"{statistics.median(seconds):.1f} |")
-    for name, heading, what in TABLES:
+    lines = [wrapped(line) for line in lines]
+    for name, heading, lead in TABLES:
         table = results / "tables" / name
-        if table.is_file():
-            lines += ["", f"## {heading}", "", f"{what[0].upper()}{what[1:]}.", "",
-                      table.read_text().rstrip()]
-    return "\n".join(wrapped(line) for line in lines) + "\n"
+        if table.is_file():  # line by line: a table as it is, a list an item at a time
+            lines += ["", f"## {heading}", "", wrapped(lead), "",
+                      *map(wrapped, table.read_text().rstrip().splitlines())]
+    return "\n".join(lines) + "\n"
 
 
 def wrapped(line: str) -> str:
