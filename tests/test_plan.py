@@ -151,7 +151,7 @@ class TestLengthSampler:
         tasks = [Task("a", "2+2", "4"), Task("b", "3+3", "6")]
         lengths = Lengths("test", ((1, True), (6, False)), (1.0, 1.0),
                           by_task={"a": ((1, True),), "b": ((6, False),)})
-        policy = LengthPolicy(lambda w: None, tasks, {"2+2": 3, "3+3": 2}, lengths)
+        policy = LengthPolicy(lambda w: None, tasks, {"2+2": 3, "3+3": 2}, lengths, 0)
         ids = [policy.encode_prompt("3+3"), policy.encode_prompt("2+2")]
         assert [len(i) for i in ids] == [2, 3]
         s = policy.sampler(ids, max_new_tokens=6, temperature=1.0,

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 from rlcore.clock.profile import HardwareProfile
 from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Work, WorkTally
-from rlcore.config import RuntimeConfig
+from rlcore.config import LoraConfig, RuntimeConfig
 
 R = TypeVar("R")
 
@@ -98,11 +98,12 @@ def _wall() -> WallClock:
     return WALL
 
 
-def clock_for(runtime: RuntimeConfig, *, seed: int, shared_interpreter: bool = False
-              ) -> Clock:
-    """The clock `runtime.clock` names for a run of `seed`, created in (and run from) the
-    calling thread; `shared_interpreter`: the roles are threads of one interpreter (the
-    threaded baseline)."""
+def clock_for(runtime: RuntimeConfig, *, seed: int, lora: LoraConfig | None,
+              shared_interpreter: bool = False) -> Clock:
+    """The clock `runtime.clock` names for a run of `seed` training `lora` (null: every
+    weight), created in (and run from) the calling thread; `shared_interpreter`: the roles
+    are threads of one interpreter (the threaded baseline)."""
     if runtime.clock == "wall":
         return WALL
-    return VirtualClock.of(runtime, seed=seed, shared_interpreter=shared_interpreter)
+    return VirtualClock.of(runtime, seed=seed, lora=lora,
+                           shared_interpreter=shared_interpreter)

@@ -32,8 +32,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from rlcore.clock.work import Decode, Prefill, Reward, Update, Weights, Work, terms
+from rlcore.clock.work import Decode, Merge, Prefill, Reward, Update, Weights, Work, terms
 from rlcore.config.files import parse_yaml
+from rlcore.config.run import LoraConfig
 from rlcore.config.schema import schema_for, validation_errors
 from rlcore.errors import ConfigError
 
@@ -70,6 +71,20 @@ class CopyCost:
     call_s: float = _f("seconds per copy, whatever its size", minimum=0)
     gb_per_s: float = _f("bandwidth of the copy, in 1e9 bytes per second", exclusiveMinimum=0)
     gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeCost:
+    call_s: float = _f("seconds per merge, whatever its size (a launch or two per target)",
+                       minimum=0)
+    per_param_s: float = _f("seconds per element of the target weights written", minimum=0)
+    gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraView:
+    merge_params: int | None = _f("the target weights' elements a merge writes on the "
+                                  "profile's model; null: the run's own", minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +128,7 @@ class CpuCost:
 
 
 # What runs on a role's accelerator when the roles have one; the rest is host work.
-DEVICE_WORK = (Decode, Prefill, Update, Weights)
+DEVICE_WORK = (Decode, Prefill, Update, Merge, Weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +194,21 @@ class HardwareProfile:
         "help": "the weight transport `weight_write` and `weight_read` price "
                 "(runtime.weight_transport as a run resolves it); null or absent: not recorded",
         "enum": ["host", "pinned", "device"]})
+    lora_update: TokenCost | None = dataclasses.field(default=None, metadata={
+        "help": "trainer: one update of low-rank adapters on frozen base weights "
+                "(train.lora: no weight gradients for the base, AdamW over the adapters "
+                "alone); null or absent: the profile prices no LoRA run"})
+    merge: MergeCost | None = dataclasses.field(default=None, metadata={
+        "help": "rollout, and sync after an update: merging a version's adapters into the "
+                "weights sampling reads (`work.py::Merge`); null or absent: the profile "
+                "prices no LoRA run"})
+    linear_layers: dict[str, list[int]] | None = dataclasses.field(default=None, metadata={
+        "help": "the linear layers of the model these costs are for, by the last part of "
+                "their name: [in, out, how many]. A LoRA run's copies and merges are priced "
+                "at that model's adapters and targets; null or absent: the run's own model's"})
+    lora_view: LoraView | None = dataclasses.field(default=None, metadata={
+        "help": "derived by `under`, never set in a file: the profile as a LoRA run sees "
+                "it; null: as a run of every weight"})
     device_type: str | None = dataclasses.field(default=None, metadata={
         "help": "the kind of device the roles computed on: a virtual run or plan resolves its "
                 "config's auto devices to it, to compare the decode path and transport it "
@@ -208,6 +238,9 @@ class HardwareProfile:
         if coefficient == "per_gb":  # a copy: its gigabytes, at the profile's bandwidth
             gb = quantity if self.model_bytes is None else self.model_bytes / 1e9
             return float(gb / cost.gb_per_s)
+        if coefficient == "per_param_s" and self.lora_view is not None \
+                and self.lora_view.merge_params is not None:
+            quantity = self.lora_view.merge_params  # the profile's model's, not the run's
         return float(getattr(cost, coefficient) * quantity)
 
     def gil_share(self, work: Work) -> float:
@@ -218,7 +251,10 @@ class HardwareProfile:
             case Prefill():
                 return self.prefill.gil_share
             case Update():
-                return self.update.gil_share
+                cost = self.lora_update if work.frozen_base else self.update
+                return cost.gil_share if cost is not None else 1.0
+            case Merge():
+                return self.merge.gil_share if self.merge is not None else 1.0
             case Weights():
                 return (self.weight_write if work.direction == "write"
                         else self.weight_read).gil_share
@@ -226,19 +262,51 @@ class HardwareProfile:
                 return self.reward.gil_share
         return 1.0  # the controller, the service and a hand-off are Python through and through
 
+    def under(self, lora: LoraConfig | None) -> HardwareProfile:
+        """The profile as a run with `lora` sees it: its copies are the adapters of the
+        profile's model (`linear_layers`) and its merges write that model's targets.
+        Refuses a profile that cannot price a LoRA run, saying what it lacks."""
+        if lora is None:
+            return self
+        lacks = [k for k in ("lora_update", "merge") if getattr(self, k) is None]
+        if self.model_bytes is not None and self.linear_layers is None:
+            lacks.append("linear_layers (its model_bytes are of a full model)")
+        if lacks:
+            raise ConfigError(f"hardware profile {self.name} cannot price train.lora: it has no "
+                              f"{', '.join(lacks)}; fit one with `rlcore calibrate` on a config "
+                              "that sets train.lora, or add them (docs/virtual_clock.md)")
+        if self.linear_layers is None:
+            return dataclasses.replace(self, lora_view=LoraView(None))
+        missing = [t for t in lora.targets if t not in self.linear_layers]
+        if missing:
+            raise ConfigError(f"train.lora.targets names {missing}, which hardware profile "
+                              f"{self.name}'s model has no linear layer of (its "
+                              f"linear_layers: {sorted(self.linear_layers)})")
+        chosen = [self.linear_layers[t] for t in lora.targets]
+        return dataclasses.replace(
+            self, model_bytes=sum(4 * lora.rank * (i + o) * n for i, o, n in chosen),
+            lora_view=LoraView(sum(i * o * n for i, o, n in chosen)))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def digest(self) -> str:
         """A short digest of the costs (not the prose, nor the labels of what they price),
         recorded with every virtual run."""
-        costs = {k: v for k, v in self.to_dict().items() if isinstance(v, dict)}
+        # A run of every weight reads no LoRA term: its digest is the profile's without them
+        skip = {"linear_layers", "lora_view"} | (set() if self.lora_view else set(LORA_KEYS))
+        costs = {k: v for k, v in self.to_dict().items() if isinstance(v, dict) and k not in skip}
+        if self.lora_view is not None:
+            costs["lora_view"] = {"model_bytes": self.model_bytes,
+                                  **dataclasses.asdict(self.lora_view)}
         return hashlib.sha256(json.dumps(costs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
 OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
-                 "weight_transport", "device_type")
+                 "weight_transport", "device_type", "lora_update", "merge", "linear_layers",
+                 "lora_view")
+LORA_KEYS = ("lora_update", "merge", "linear_layers")  # what only a LoRA run's price reads
 
 
 def optional_section(name: str) -> dict[str, float]:

@@ -40,7 +40,7 @@ from rlcore.clock.drift import Drift
 from rlcore.clock.processors import Pool, interpreter_speeds, shared_speed, uniform
 from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
 from rlcore.clock.work import Work, WorkTally
-from rlcore.config import RuntimeConfig
+from rlcore.config import LoraConfig, RuntimeConfig
 
 MAIN = "controller"  # the role of the thread that creates the clock
 R = TypeVar("R")
@@ -104,11 +104,11 @@ class VirtualClock:
         self.charged: dict[str, float] = {}  # seconds charged, by term
 
     @classmethod
-    def of(cls, runtime: RuntimeConfig, *, seed: int, shared_interpreter: bool = False
-           ) -> VirtualClock:
-        """The clock of `runtime.hardware` for a run of `seed`, its main role the calling
-        thread."""
-        return cls(load_profile(runtime.hardware), seed=seed,
+    def of(cls, runtime: RuntimeConfig, *, seed: int, lora: LoraConfig | None,
+           shared_interpreter: bool = False) -> VirtualClock:
+        """The clock of `runtime.hardware` for a run of `seed` (training `lora` adapters, if
+        set: `HardwareProfile.under`), its main role the calling thread."""
+        return cls(load_profile(runtime.hardware).under(lora), seed=seed,
                    shared_interpreter=shared_interpreter)
 
     # --- the roles' view ------------------------------------------------------------------

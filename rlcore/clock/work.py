@@ -33,9 +33,19 @@ class Prefill:
 
 @dataclass(frozen=True)
 class Update:
-    """One training update: forward, backward and optimizer step over every minibatch."""
+    """One training update: forward, backward and optimizer step over every minibatch;
+    `frozen_base`: of low-rank adapters only (train.lora), which a profile prices apart."""
 
     tokens: int  # rows x padded width, summed over minibatches
+    frozen_base: bool = False
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Writing base + adapters' product into the weights sampling reads, once per version
+    (train.lora): `params` is the target layers' weights, in elements."""
+
+    params: int
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ class Commit:
     """The parameter service deciding one commit (the version bump, not the weight copy)."""
 
 
-Work = Decode | Prefill | Update | Weights | Reward | Handle | Handoff | Commit
+Work = Decode | Prefill | Update | Merge | Weights | Reward | Handle | Handoff | Commit
 
 
 def terms(work: Work) -> dict[str, float]:
@@ -89,7 +99,10 @@ def terms(work: Work) -> dict[str, float]:
         case Prefill():
             return {"prefill.call_s": work.calls, "prefill.per_token_s": work.tokens}
         case Update():
-            return {"update.call_s": 1, "update.per_token_s": work.tokens}
+            section = "lora_update" if work.frozen_base else "update"
+            return {f"{section}.call_s": 1, f"{section}.per_token_s": work.tokens}
+        case Merge():
+            return {"merge.call_s": 1, "merge.per_param_s": work.params}
         case Weights():
             section = "weight_write" if work.direction == "write" else "weight_read"
             return {f"{section}.call_s": 1, f"{section}.per_gb": work.nbytes / 1e9}

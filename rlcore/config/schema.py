@@ -41,6 +41,8 @@ def _type_schema(tp: Any) -> dict[str, Any]:
         return {"anyOf": [inner, {"type": "null"}]}
     if origin in (list, tuple):
         return {"type": "array", "items": _type_schema(typing.get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(typing.get_args(tp)[1])}
     if tp in _SCALARS:
         return {"type": _SCALARS[tp]}
     raise TypeError(f"no schema mapping for {tp!r}")

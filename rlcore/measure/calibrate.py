@@ -9,6 +9,7 @@ alone. `write_profile` writes the result with the fit report at its head.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from rlcore.clock.profile import (
     CpuCost,
     DecodeCost,
     HardwareProfile,
+    MergeCost,
     RewardCost,
     TokenCost,
 )
@@ -33,8 +35,10 @@ from rlcore.kernels import cpu_name, pin
 from rlcore.measure.sharing import concurrent_slowdown, decode_work, gil_share, update_work
 from rlcore.measure.timings import (
     Fit,
+    lora_of,
     time_commit,
     time_controller,
+    time_merges,
     time_rewards,
     time_sampling,
     time_updates,
@@ -50,7 +54,10 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     pin(cfg)
     copies = weight_copies(cfg)  # shared memory too small for the slots: refused before timing
     decode, prefill, decode_path = time_sampling(cfg, reps)
-    update = time_updates(cfg, reps)
+    update = time_updates(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
+                                                                             lora=None)), reps)
+    lora_update = time_updates(lora_of(cfg), reps)  # every profile can price a LoRA run
+    merge = time_merges(cfg, reps)
     write, read, transport = time_weights(cfg, reps)
     answer_s = time_rewards(cfg, 2000)
     math_s = time_rewards(cfg, 200, "math")
@@ -71,6 +78,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         decode=DecodeCost(decode.coef[0], decode.coef[1], decode.coef[2], gil_share=decode_gil),
         prefill=TokenCost(prefill.coef[0], prefill.coef[1], gil_share=decode_gil),
         update=TokenCost(update.coef[0], update.coef[1], gil_share=update_gil),
+        lora_update=TokenCost(lora_update.coef[0], lora_update.coef[1], gil_share=update_gil),
+        merge=MergeCost(merge.coef[0], merge.coef[1], gil_share=update_gil),
         weight_write=CopyCost(write.coef[0], _bandwidth(write), gil_share=0.1),
         weight_read=CopyCost(read.coef[0], _bandwidth(read), gil_share=0.1),
         reward=RewardCost(answer_s=answer_s, code_s=0.05, math_s=math_s, gil_share=1.0),
@@ -80,7 +89,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
                   resolve_device(cfg.model.trainer_device, "trainer"), cores, slowdown),
         host=cpu_name(), kernels=cfg.runtime.kernels, decode_path=decode_path,
         weight_transport=transport, device_type=copies.rollout.type)
-    fits = {"decode": decode, "prefill": prefill, "update": update, "weight_write": write,
+    fits = {"decode": decode, "prefill": prefill, "update": update,
+            "lora_update": lora_update, "merge": merge, "weight_write": write,
             "weight_read": read, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
                        f"{', '.join(f'{c:.3g}' for c in f.coef)}" for k, f in fits.items())

@@ -33,7 +33,7 @@ import torch
 
 from rlcore.clock.clock import WallClock
 from rlcore.clock.work import Decode, Prefill, Update, Work
-from rlcore.config import ConfigError, RunConfig
+from rlcore.config import ConfigError, LoraConfig, RunConfig
 from rlcore.policy.device import resolve_device, resolve_transport, wait_for
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
@@ -170,8 +170,16 @@ def random_batch(policy: HFPolicy, rows: int, prompt: int, response: int,
         advantages=[rng.uniform(-1, 1) for _ in range(rows)])
 
 
+def lora_of(cfg: RunConfig) -> RunConfig:
+    """`cfg` training adapters: its own train.lora, or the default one."""
+    if cfg.train.lora is not None:
+        return cfg
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lora=LoraConfig()))
+
+
 def time_updates(cfg: RunConfig, reps: int) -> Fit:
-    """An update (calls, padded tokens) on the trainer device, at a few batch shapes."""
+    """An update (calls, padded tokens) on the trainer device, at a few batch shapes: of
+    every weight, or under cfg's train.lora of its adapters."""
     device = resolve_device(cfg.model.trainer_device, "trainer")
     clock = StampClock([device])
     policy = HFPolicy(cfg.model, cfg.train, role="trainer", device=device, clock=clock)
@@ -186,9 +194,30 @@ def time_updates(cfg: RunConfig, reps: int) -> Fit:
             clock.mark()
             policy.update(batch, temperature=1.0, current_version=0)
             stamps = clock.take()
-            if rep:
+            if rep:  # the update alone: a sync trainer would merge after it
                 points += [(w, s) for w, s in stamps if isinstance(w, Update)]
     return nonneg_lstsq([[1.0, w.tokens] for w, _ in points], [s for _, s in points])
+
+
+def time_merges(cfg: RunConfig, reps: int) -> Fit:
+    """A LoRA rollout's merge (calls, target elements) on the rollout device, for a few sets
+    of targets; cfg's train.lora gives the rank."""
+    lora = lora_of(cfg).train.lora
+    assert lora is not None
+    device = resolve_device(cfg.model.rollout_device, "rollout")
+    sets = [lora.targets[:1], lora.targets[: max(1, len(lora.targets) // 2)], lora.targets]
+    points: list[tuple[float, float]] = []
+    for chosen in dict.fromkeys(tuple(s) for s in sets):
+        train = dataclasses.replace(cfg.train, lora=dataclasses.replace(lora, targets=chosen))
+        policy = HFPolicy(cfg.model, train, role="rollout", device=device)
+        for rep in range(3 * reps + 1):
+            wait_for([device])
+            t0 = time.perf_counter()
+            policy.state_loaded()
+            wait_for([device])
+            if rep:
+                points.append((policy.merge_params, time.perf_counter() - t0))
+    return nonneg_lstsq([[1.0, n] for n, _ in points], [s for _, s in points])
 
 
 def weight_scales(spec: ParamSpec, budget_bytes: float = 2.5e8) -> list[ParamSpec]:

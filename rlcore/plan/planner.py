@@ -18,7 +18,7 @@ from typing import Any
 from rlcore.algo.registry import objective
 from rlcore.clock.profile import HardwareProfile, load_profile
 from rlcore.clock.virtual import VirtualClock
-from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
+from rlcore.clock.work import Handle, Merge, Prefill, Reward, Update, Work
 from rlcore.config import RunConfig
 from rlcore.errors import ConfigError
 from rlcore.plan.controller import PlanController, update_tokens
@@ -42,12 +42,14 @@ class Workload:
     prompt_tokens: dict[str, int]
     lengths: Lengths
     trainable_bytes: int  # of the config's model: a weight copy's size unless the profile sets it
+    merge_params: int  # the config's model's LoRA targets, in elements (0: no train.lora)
 
 
 def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     """The config's training prompts tokenized by its model's tokenizer, and `lengths` (by
     default a geometric distribution with half of `rollout.max_new_tokens` as its mean)."""
     from rlcore.policy.hf_policy import encode_prompt, load_tokenizer
+    from rlcore.policy.lora import model_targets
     from rlcore.policy.model_dir import check_model_dir
     from rlcore.runners.asynchronous.weight_slots import spec_bytes, trainable_spec
     from rlcore.tasks.suites import load_suite
@@ -64,8 +66,11 @@ def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
         lengths = geometric(max(1.0, max_new / 2), max_new,
                             f"assumed: geometric, mean {max(1.0, max_new / 2):g} tokens "
                             "(give --lengths RUN_DIR for measured ones)")
+    lora = cfg.train.lora
+    chosen = model_targets(path, lora) if lora is not None else []
     return Workload(tasks, prompt_tokens, lengths.capped(max_new),
-                    spec_bytes(trainable_spec(str(path))))
+                    spec_bytes(trainable_spec(str(path), lora)),
+                    sum(t.in_features * t.out_features for t in chosen))
 
 
 def weight_bytes(profile: HardwareProfile, work: Workload) -> int:
@@ -81,7 +86,7 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         total["s"] += profile.seconds(w)
 
     ro, b = cfg.rollout, cfg.train.update_batch_size
-    policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths)
+    policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths, work.merge_params)
     stream = PromptStream(work.tasks, cfg.seed)
     sampled = trained = 0
     for version in range(cfg.train.updates):
@@ -99,7 +104,10 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
                    for i, p in enumerate(prompts)]
         if objective(cfg.train.objective).needs_prox:
             charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
-        charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches)))
+        lora = cfg.train.lora is not None
+        charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches), frozen_base=lora))
+        if lora:  # the sampling copy merges the new adapters
+            charge(Merge(work.merge_params))
         trained += sum(sampler.length(i) for i in range(len(prompts)))
     wall = total["s"]
     return {"wall_s": wall, "updates_per_s": cfg.train.updates / wall if wall else 0.0,
@@ -111,7 +119,7 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
     """An asynchronous run of `cfg` (areal or async mode) on the virtual clock."""
     clock = VirtualClock(profile, seed=cfg.seed, shared_interpreter=cfg.mode == "async")
     p = Plan(cfg, clock, work.tasks, work.prompt_tokens, work.lengths,
-             weight_bytes(profile, work))
+             weight_bytes(profile, work), work.merge_params)
     controller = PlanController(p)
     try:
         p.launch()
@@ -150,7 +158,7 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
     for a sync config), with sync's time beside them and the planner's own seconds, and where
     the config would decode or copy otherwise than the profile priced (`profile_mismatch`)."""
     t0 = time.perf_counter()
-    profile = profile or load_profile(cfg.runtime.hardware)
+    profile = (profile or load_profile(cfg.runtime.hardware)).under(cfg.train.lora)
     sync = plan_sync(cfg, work, profile)
     if cfg.mode == "sync":
         out = {**sync, "stale_drop_rate": 0.0,
@@ -174,7 +182,7 @@ def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
     works: dict[str, Workload] = {}
     plans = []
     for cfg, value, own in zip(cfgs, values, lengths, strict=True):
-        k = repr((cfg.task, cfg.model, cfg.rollout.max_new_tokens))
+        k = repr((cfg.task, cfg.model, cfg.rollout.max_new_tokens, cfg.train.lora))
         if k not in works:
             works[k] = workload(cfg, own)
         work = works[k] if own is None else \

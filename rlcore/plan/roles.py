@@ -97,11 +97,12 @@ class Plan(Lifecycle):
     weights, with the roles' model taken out; and the tally."""
 
     def __init__(self, cfg: RunConfig, clock: VirtualClock, tasks: list[Task],
-                 prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int):
+                 prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int,
+                 merge_params: int):
         super().__init__(cfg, Virtual(clock), Versions(weight_bytes),
                          {"rollout": CPU, "trainer": CPU}, cpus={})
         self.tasks = tasks
-        self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths)
+        self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths, merge_params)
         self.tally = Tally()
 
     def launch(self, roles: Roles | None = None) -> None:
@@ -129,7 +130,7 @@ class PlanTrainer(TrainerRole[PlanTrain]):
     def update(self, req: PlanTrain) -> dict[str, float]:
         if req.prefill_tokens:
             self.clock.charge(Prefill(calls=1, tokens=req.prefill_tokens))
-        self.clock.charge(Update(tokens=req.tokens))
+        self.clock.charge(Update(tokens=req.tokens, frozen_base=self.cfg.train.lora is not None))
         return {}
 
     def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float,

@@ -101,8 +101,10 @@ class LengthPolicy:
     device = torch.device("cpu")
 
     def __init__(self, charge: Callable[[Work], None], tasks: Sequence[Task],
-                 prompt_tokens: dict[str, int], lengths: Lengths):
+                 prompt_tokens: dict[str, int], lengths: Lengths, merge_params: int):
+        """`merge_params`: the config's model's LoRA targets, in elements (0: no LoRA)."""
         self.charge, self.prompt_tokens, self.lengths = charge, prompt_tokens, lengths
+        self.merge_params = merge_params
         self.index = {t.prompt: i for i, t in enumerate(tasks)}
         self.task_ids = [t.task_id for t in tasks]
 

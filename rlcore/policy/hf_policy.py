@@ -33,7 +33,7 @@ from transformers.utils import logging as hf_logging
 from rlcore.algo.objectives import Correction, Inputs, Knobs, LossStats
 from rlcore.algo.registry import objective
 from rlcore.clock import WALL, Clock
-from rlcore.clock.work import Prefill, Update
+from rlcore.clock.work import Merge, Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
@@ -53,6 +53,7 @@ from rlcore.policy.lora import (
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.optim_steps import (
     SKIPPED_STEPS,
+    STEPS,
     check_skip_streak,
     optimizer_step,
     step_means,
@@ -191,6 +192,7 @@ class HFPolicy:
         # over) and, in a rollout, its target weights merged from them
         self.lora = train_cfg.lora
         self.targets = targets(self.model, self.lora) if self.lora is not None else []
+        self.merge_params = sum(t.in_features * t.out_features for t in self.targets)
         self.adapter: dict[str, torch.Tensor] | None = None
         self.merged: Merged | None = None
         if role == "rollout":
@@ -382,8 +384,11 @@ class HFPolicy:
         parts = [list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
                  for m in range(cfg.minibatches)]
         tokens = sum(_padded_tokens(batch.select(idx)) for idx in parts)
-        totals = clock.compute(Update(tokens=tokens), lambda: self._steps(
+        lora = self.lora is not None
+        totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, parts, prox_all, temperature=temperature, current_version=current_version))
+        if lora and self.sampling_copy is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
+            clock.compute(Merge(self.merge_params), self.state_loaded)  # sync samples next
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals
@@ -427,7 +432,8 @@ class HFPolicy:
                          applied))
         totals = step_means(done)
         if totals[SKIPPED_STEPS] < len(done):
-            self.state_loaded()
+            if self.lora is None:  # under LoRA the merge is priced apart (`update`)
+                self.state_loaded()
         else:
             check_skip_streak(self.skipped_in_a_row, self.scaler)
         return totals

@@ -21,5 +21,6 @@ def async_areal_style(cfg: RunConfig, out_dir: str | Path, force: bool = False
     """The paper's `async_areal_style`; returns the summary. Under `runtime.clock: virtual`
     its roles keep an interpreter each, as processes do."""
     if cfg.runtime.clock == "virtual":
-        return run_async(cfg, out_dir, force, Virtual(VirtualClock.of(cfg.runtime, seed=cfg.seed)))
+        clock = VirtualClock.of(cfg.runtime, seed=cfg.seed, lora=cfg.train.lora)
+        return run_async(cfg, out_dir, force, Virtual(clock))
     return run_async(cfg, out_dir, force, Processes())

@@ -40,7 +40,7 @@ def sync_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dict
     """Run the synchronous loop until cfg.train.updates updates applied; returns the
     summary."""
     train_tasks = preflight(cfg)
-    clock = clock_for(cfg.runtime, seed=cfg.seed)
+    clock = clock_for(cfg.runtime, seed=cfg.seed, lora=cfg.train.lora)
     ledger = RunLedger(cfg, out_dir, force=force, clock=clock)
     rewards = RewardPool(cfg.reward, clock=clock)
     try:

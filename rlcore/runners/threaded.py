@@ -20,6 +20,7 @@ def async_train(cfg: RunConfig, out_dir: str | Path, force: bool = False) -> dic
     """Run the threaded asynchronous baseline; returns the summary. Under `runtime.clock:
     virtual` its roles share one interpreter lock, as threads do."""
     if cfg.runtime.clock == "virtual":
-        clock = VirtualClock.of(cfg.runtime, seed=cfg.seed, shared_interpreter=True)
+        clock = VirtualClock.of(cfg.runtime, seed=cfg.seed, lora=cfg.train.lora,
+                                shared_interpreter=True)
         return run_async(cfg, out_dir, force, Virtual(clock))
     return run_async(cfg, out_dir, force, Threads())

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from rlcore.clock.work import Handoff, Weights
+from rlcore.clock.work import Handoff, Merge, Weights
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.generation import Chunked, generate
 from rlcore.policy.hf_policy import HFPolicy
@@ -62,6 +62,11 @@ class RolloutPolicy(Protocol):
     def state_tensors(self) -> dict[str, torch.Tensor]: ...
 
     def state_loaded(self) -> None: ...
+
+    @property
+    def merge_params(self) -> int:
+        """Elements of the target weights a version's merge writes (train.lora)."""
+        ...
 
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0) -> Sampling: ...
@@ -138,6 +143,8 @@ def reload(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor
     t0 = clock.now()
     v = load_current(ctx, policy, params)
     clock.charge(Weights("read", ctx.slots.nbytes))
+    if ctx.cfg.train.lora is not None:  # the version's adapters merged as they arrived
+        clock.charge(Merge(policy.merge_params))
     out.events.append(Event("weight_reload", clock.now(), {
         "worker": ctx.name, "version": v, "reload_s": clock.now() - t0}))
     return v
