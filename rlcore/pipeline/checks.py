@@ -142,11 +142,13 @@ def check_claims(config: dict[str, Any]) -> None:
                     "grid does not make: add it to grid.blocks (a run) or grid.replays (a "
                     "replay), or change the claim's contrast")
     ids = {claim["id"] for claim in config.get("claims", [])}
-    for claim_id in config.get("reported", {}):
-        if claim_id not in ids:
+    # null: an overlay with claims of its own drops the base's entry (Snakemake merges maps)
+    for claim_id, entry in config.get("reported", {}).items():
+        if entry is not None and claim_id not in ids:
             raise ConfigError(
                 f"reported.{claim_id} names no claim of `claims` "
-                f"({', '.join(sorted(ids)) or 'none'}): key it by a claim's id, or remove it")
+                f"({', '.join(sorted(ids)) or 'none'}): key it by a claim's id, or remove it "
+                "(in an overlay: set it to null)")
 
 
 def check_model_path(config: dict[str, Any]) -> None:
