@@ -225,7 +225,7 @@ def smoke(config: str, out_dir: Path, *, model: str | None, modes: Sequence[str]
                                                eval_tasks, staleness_k, device)]
             for mode in {*modes, "sync"}}
     resolved = {mode: load_config(config, s) for mode, s in sets.items()}  # all, up front
-    spec = trainable_spec(model)
+    spec = trainable_spec(model, base.train.lora)  # under train.lora: the adapters
     rollout_device = str(resolve_device(resolved["sync"].model.rollout_device, "rollout"))
     state_bytes = spec_bytes(spec)
     result: dict[str, Any] = {
