@@ -74,7 +74,8 @@ def _process_peaks(watch: TreeWatch, run_dir: Path) -> list[dict[str, Any]]:
             names[event["pid"]] = event["worker"]  # threaded workers are the main process
     return [{"process": names.get(p.pid, p.label), "pid": p.pid,
              "peak_rss_bytes": p.peak_rss_bytes}
-            for p in sorted(watch.processes.values(), key=lambda p: p.pid)]
+            # the main process first: pids wrap, so its workers' may be lower
+            for p in sorted(watch.processes.values(), key=lambda p: (p.pid != watch.root, p.pid))]
 
 
 def one_copy_s(spec: Sequence[tuple[str, tuple[int, ...], Any]], device: str = "cpu",
