@@ -20,6 +20,7 @@ from rlcore.policy.hf_policy import HFPolicy, TrainBatch, state_digest
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.replay.replayer import replay_run
 from rlcore.runners import run_mode
+from rlcore.runners.asynchronous import rollout as rollout_role
 from rlcore.runners.asynchronous.vehicles import Threads
 from rlcore.runners.asynchronous.weight_slots import (
     WeightSlots,
@@ -148,6 +149,24 @@ class TestTraining:
 
 
 # --- delivery ------------------------------------------------------------------------------
+def withhold_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every rollout policy's loads land in a copy: its sampling weights never change."""
+    live = HFPolicy.state_tensors
+
+    def withheld(self: HFPolicy) -> dict[str, torch.Tensor]:
+        state = live(self)
+        return {n: t.clone() for n, t in state.items()} if self.merged else state
+
+    monkeypatch.setattr(HFPolicy, "state_tensors", withheld)
+
+
+def moving_lora_config(model_dir: Path) -> RunConfig:
+    """A threaded LoRA run whose adapter moves at every version: the tiny model's rewards may
+    all be 0 (no gradient), but AdamW's weight decay still shrinks the A matrices."""
+    return config_from_dict(small_config(model_dir, mode="async", train={
+        "updates": 4, "weight_decay": 0.1, "lora": {"rank": RANK}}))
+
+
 class TestDelivery:
     def slots(self, digests: bool = True) -> WeightSlots:
         spec = [("w", (3,), torch.float32)]
@@ -187,21 +206,23 @@ class TestDelivery:
     @pytest.mark.slow
     def test_a_rollout_whose_adapter_is_withheld_stops_the_run(
             self, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-        live = HFPolicy.state_tensors
-
-        def withheld(self: HFPolicy) -> dict[str, torch.Tensor]:
-            # a rollout whose loads land in a copy: its sampling weights never change
-            state = live(self)
-            return {n: t.clone() for n, t in state.items()} if self.merged else state
-
-        monkeypatch.setattr(HFPolicy, "state_tensors", withheld)
+        withhold_adapters(monkeypatch)
         # the rollout worker refuses the first version after 0 it loads (which one is up to
         # timing); had it loaded none, the run's end would refuse the last
         with pytest.raises((WorkerFailed, DeliveryFailed)) as failed:
-            run_mode(lora_config(tiny_model_dir, mode="async"), tmp_path / "run")
+            run_mode(moving_lora_config(tiny_model_dir), tmp_path / "run")
         said = f"{failed.value}\n{failed.value.__cause__}"
         assert re.search(r"(rollout0|the run's end) loaded policy version [1-9]\d* as "
                          r"sha256:\w+, but the parameter service published", said), said
+        assert not (tmp_path / "run" / "summary.json").exists()
+
+    @pytest.mark.slow
+    def test_the_runs_end_refuses_an_adapter_the_rollout_never_checked(
+            self, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        withhold_adapters(monkeypatch)
+        monkeypatch.setattr(rollout_role, "check_arrival", lambda *args: None)
+        with pytest.raises(DeliveryFailed, match=r"the run's end loaded policy version 4 "):
+            run_mode(moving_lora_config(tiny_model_dir), tmp_path / "run")
         assert not (tmp_path / "run" / "summary.json").exists()
 
 

@@ -290,9 +290,9 @@ def run_async(cfg: RunConfig, out_dir: str | Path, force: bool, vehicle: Vehicle
             ledger.worker_cpu(s.cpu_s)
         # The final weights are the parameter service's current slot.
         policy = HFPolicy(cfg.model, cfg.train, role="rollout", device=torch.device("cpu"))
-        final = policy.state_tensors()
-        check_arrival(runtime.slots, runtime.slots.read_into(runtime.slots.ordered(final)),
-                      final, "the run's end")
+        final = runtime.slots.read_into(runtime.slots.ordered(policy.state_tensors()))
+        # checked on what the policy holds after the load, not on the buffers read into
+        check_arrival(runtime.slots, final, policy.state_tensors(), "the run's end")
         policy.state_loaded()
         return ledger.finish(
             policy, wall_s=wall_s, cold_start_s=cold_start_s, waits=dict(controller.waits),
