@@ -49,7 +49,7 @@ def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     """The config's training prompts tokenized by its model's tokenizer, and `lengths` (by
     default a geometric distribution with half of `rollout.max_new_tokens` as its mean)."""
     from rlcore.policy.hf_policy import encode_prompt, load_tokenizer
-    from rlcore.policy.lora import model_targets
+    from rlcore.policy.lora import merge_elements, model_targets
     from rlcore.policy.model_dir import check_model_dir
     from rlcore.runners.asynchronous.weight_slots import spec_bytes, trainable_spec
     from rlcore.tasks.suites import load_suite
@@ -70,7 +70,7 @@ def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     chosen = model_targets(path, lora) if lora is not None else []
     return Workload(tasks, prompt_tokens, lengths.capped(max_new),
                     spec_bytes(trainable_spec(str(path), lora)),
-                    sum(t.in_features * t.out_features for t in chosen))
+                    merge_elements(chosen))
 
 
 def weight_bytes(profile: HardwareProfile, work: Workload) -> int:

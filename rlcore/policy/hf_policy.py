@@ -10,7 +10,6 @@ sampling distribution (logits / temperature), which `recompute_logprobs` reprodu
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import math
@@ -40,13 +39,13 @@ from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.lora import (
     Merged,
     adapter_params,
-    base_weights,
     dropout_draws,
-    initial_adapter,
+    merge_elements,
+    merged_copy,
     peft_base_state,
     read_adapter,
+    rollout_merged,
     save_adapter,
-    scale,
     targets,
     wrap,
 )
@@ -192,13 +191,14 @@ class HFPolicy:
         # over) and, in a rollout, its target weights merged from them
         self.lora = train_cfg.lora
         self.targets = targets(self.model, self.lora) if self.lora is not None else []
-        self.merge_params = sum(t.in_features * t.out_features for t in self.targets)
+        self.merge_params = merge_elements(self.targets)
         self.adapter: dict[str, torch.Tensor] | None = None
         self.merged: Merged | None = None
         if role == "rollout":
             hold(self.model, self.sampling_dtype)
             if self.lora is not None:
-                self._merge_sampling()
+                self.merged = rollout_merged(self.model, self.lora, self.targets, self.device)
+                self.adapter = self.merged.adapter
         resolve_decode(model_cfg.decode, self.model)  # a bad model.decode fails here, not later
         self._decoders: Decoders | None = None
         self.chat = model_cfg.prompt_format == "chat"
@@ -220,18 +220,6 @@ class HFPolicy:
         ) if self.trainable else None
         self.scaler = torch.amp.GradScaler("cuda") if self.use_fp16 else None
         self.skipped_in_a_row = 0  # optimizer steps the scaler skipped since one applied
-
-    def _merge_sampling(self) -> None:
-        """A LoRA rollout: freeze the model, keep its targets' base weights, hold version
-        0's adapters and merge them into the weights it samples with."""
-        assert self.lora is not None
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        base = {path: w.detach().clone() for path, w in base_weights(self.model,
-                                                                     self.targets).items()}
-        self.adapter = {n: t.to(self.device)
-                        for n, t in initial_adapter(self.targets, self.lora.rank).items()}
-        self.merged = Merged(self.model, self.targets, self.adapter, base, scale(self.lora))
 
     # --- text ---------------------------------------------------------------------------
     def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]:
@@ -265,7 +253,9 @@ class HFPolicy:
         if self._decoders is None:
             model = self.model
             if self.lora is not None and self.merged is None:  # a trainer that samples (sync)
-                self.sampling_copy = self._merged_copy()
+                assert self.lora is not None and self.adapter is not None
+                self.sampling_copy = merged_copy(self.model, self.lora, self.targets,
+                                                 self.adapter, self.sampling_dtype)
                 model = self.sampling_copy.model
             elif next(model.parameters()).dtype != self.sampling_dtype:
                 self.sampling_copy = SamplingCopy(model, self.sampling_dtype)
@@ -276,18 +266,6 @@ class HFPolicy:
     @decoders.setter
     def decoders(self, value: Decoders) -> None:
         self._decoders = value
-
-    def _merged_copy(self) -> Merged:
-        """A trainer's plain copy for sampling, its targets merged from the live adapters
-        over the trainer's own frozen base weights."""
-        assert self.lora is not None and self.adapter is not None
-        plain = copy.deepcopy(self.model).unload()
-        hold(plain, self.sampling_dtype)
-        base = {t.path: self.model.get_submodule(f"base_model.model.{t.path}").base_layer.weight
-                for t in self.targets}
-        merged = Merged(plain, self.targets, self.adapter, base, scale(self.lora))
-        merged.merge()
-        return merged
 
     def prepare_decoding(self, rows: Iterable[int], prompts: Iterable[tuple[str, str | None]],
                          max_new_tokens: int) -> None:

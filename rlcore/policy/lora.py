@@ -14,11 +14,13 @@ so a saved policy is a PEFT adapter directory as well as rlcore's.
   initial_adapter  version 0's adapters, the same in every role and process
   wrap             the trainer's PEFT model, with the initial adapters in it
   Merged           a sampling model's target weights as base + alpha / rank * B @ A
+  rollout_merged   a rollout's merged sampling weights; merged_copy, a trainer's (sync)
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import re
@@ -32,6 +34,7 @@ import torch
 
 from rlcore.config import ConfigError
 from rlcore.config.run import LoraConfig
+from rlcore.policy.sampling_weights import hold
 
 PREFIX = "base_model.model."  # PEFT's name for the wrapped model, in its saved adapters
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # PEFT's file names, so PEFT can load ours
@@ -108,6 +111,11 @@ def adapter_spec(chosen: list[Target], rank: int) -> list[tuple[str, tuple[int, 
         spec += [(t.a_name, (rank, t.in_features), torch.float32),
                  (t.b_name, (t.out_features, rank), torch.float32)]
     return spec
+
+
+def merge_elements(chosen: list[Target]) -> int:
+    """The target weights' elements a merge writes (what `Merge` prices)."""
+    return sum(t.in_features * t.out_features for t in chosen)
 
 
 def initial_adapter(chosen: list[Target], rank: int) -> dict[str, torch.Tensor]:
@@ -199,6 +207,7 @@ class Merged:
                  factor: float):
         self.model = model
         self.factor = factor
+        self.adapter = dict(adapter)  # the live adapters it merges from (the same tensors)
         self._parts = [(weight(model, t.path).detach(), base[t.path].detach(),
                         adapter[t.a_name], adapter[t.b_name]) for t in chosen]
 
@@ -218,6 +227,30 @@ class Merged:
         """The base model's parameters by name: the unmerged weights for the targets."""
         base = {out.data_ptr(): w0 for out, w0, _, _ in self._parts}
         return {n: base.get(p.data_ptr(), p) for n, p in self.model.named_parameters()}
+
+
+def rollout_merged(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target],
+                   device: torch.device) -> Merged:
+    """A LoRA rollout's sampling weights: `model` frozen, its targets' base weights kept
+    apart and version 0's adapters merged over them."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    base = {path: w.detach().clone() for path, w in base_weights(model, chosen).items()}
+    adapter = {n: t.to(device) for n, t in initial_adapter(chosen, lora.rank).items()}
+    return Merged(model, chosen, adapter, base, scale(lora))
+
+
+def merged_copy(peft_model: Any, lora: LoraConfig, chosen: list[Target],
+                adapter: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Merged:
+    """A trainer's plain copy for sampling (sync) in `dtype`, its targets merged from the
+    live adapters over the trainer's own frozen base weights."""
+    plain = copy.deepcopy(peft_model).unload()
+    hold(plain, dtype)
+    base = {t.path: peft_model.get_submodule(f"{PREFIX}{t.path}").base_layer.weight
+            for t in chosen}
+    merged = Merged(plain, chosen, adapter, base, scale(lora))
+    merged.merge()
+    return merged
 
 
 def peft_base_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -253,5 +286,6 @@ def read_adapter(path: Path) -> tuple[dict[str, torch.Tensor], str]:
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "Merged", "Target",
            "adapter_params", "adapter_spec", "base_weights", "dropout_draws",
-           "initial_adapter", "is_adapter_dir", "model_targets", "peft_base_state",
-           "read_adapter", "save_adapter", "scale", "targets", "wrap"]
+           "initial_adapter", "is_adapter_dir", "merge_elements", "merged_copy",
+           "model_targets", "peft_base_state", "read_adapter", "rollout_merged", "save_adapter",
+           "scale", "targets", "wrap"]
