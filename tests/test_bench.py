@@ -51,3 +51,19 @@ def test_the_three_factors_multiply_to_the_efficiency():
         f = overlap(sync, run)
         product = f["pipeline_efficiency"] * f["work_efficiency"] * f["sync_overhead"]
         assert product == pytest.approx(f["overlap_efficiency"], rel=1e-12)
+
+
+def test_the_weight_sync_figures_price_a_lora_hand_over_with_its_digests():
+    """Adapters carry their digest, published and checked on arrival; full weights do not."""
+    import torch
+
+    from rlcore.measure.bench import bench_weight_sync
+
+    state = {"a": torch.ones(4, 8), "b": torch.zeros(16, 4)}
+    full = bench_weight_sync(state, reps=2)
+    lora = bench_weight_sync(state, reps=2, digests=True)
+    assert full["bytes"] == lora["bytes"] == (32 + 64) * 4
+    assert full["digest_s"] == full["check_s"] == 0.0
+    assert lora["digest_s"] > 0 and lora["check_s"] > 0
+    steps = ("write_s", "digest_s", "commit_s", "reload_s", "check_s")
+    assert lora["per_version_s"] == pytest.approx(sum(lora[k] for k in steps))

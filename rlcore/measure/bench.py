@@ -10,8 +10,10 @@ configs):
     between the roles, work done or slowed beyond sync's, and sync's own overhead.
   * floor: the sync runner's time per update against a bare sample-reward-update loop.
   * weight sync: one commit + reload through the parameter service's slots, against one
-    in-memory copy of the same trainable state, for the config's model and for a randomly
-    initialised Qwen2.5-0.5B-sized model (built from its config class, nothing downloaded).
+    in-memory copy of the same trainable state (under train.lora the adapters, with the
+    digest published and checked on arrival), for the config's model and for a randomly
+    initialised Qwen2.5-0.5B-sized model (built from its config class, nothing downloaded:
+    its every weight, and under train.lora also the adapters the config gives it).
 Timed on whatever else the machine is doing, so run it alone.
 """
 
@@ -32,6 +34,7 @@ from rlcore.config.run import Mode
 from rlcore.kernels import pin
 from rlcore.policy.device import wait_for
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.lora import initial_adapter, targets
 from rlcore.policy.sampler import Draws
 from rlcore.policy.stand_in import QWEN25_05B
 from rlcore.runners import run_mode
@@ -177,43 +180,59 @@ def copy_best_s(dst: list[torch.Tensor], src: list[torch.Tensor], reps: int) -> 
     return best
 
 
-def bench_weight_sync(model: torch.nn.Module, reps: int = 50) -> dict[str, float]:
-    """Best-of-reps seconds of write + commit + reload through WeightSlots vs one copy.
+def bench_weight_sync(params: dict[str, torch.Tensor], reps: int = 50,
+                      digests: bool = False) -> dict[str, float]:
+    """Best-of-reps seconds of write + commit + reload through WeightSlots vs one copy, of
+    a trainable state by name as a run hands it over: with `digests` (train.lora) the
+    trainer's digest of what it wrote and the reader's check of what it loaded besides.
 
     For a small model each step takes microseconds, and the best of a few reps still
     carries scheduler noise; 50 make the ratio repeat to about 0.05."""
+    from rlcore.policy.hf_policy import state_digest
     from rlcore.runners.asynchronous.messages import CommitRequest
     from rlcore.runners.asynchronous.param_service import ParamService
     from rlcore.runners.asynchronous.vehicles import Processes
-    from rlcore.runners.asynchronous.weight_slots import WeightSlots
+    from rlcore.runners.asynchronous.weight_slots import WeightSlots, check_arrival
 
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     spec = [(n, tuple(p.shape), p.dtype) for n, p in params.items()]
-    slots = WeightSlots(spec, 2, Processes().locked_array(2 + 2), shared=True)
+    slots = WeightSlots(spec, 2, Processes().locked_array(2 + 2), shared=True, digests=digests)
     service = ParamService(slots, WALL)
     source = slots.ordered(params)
     slots.write(0, source)
-    slots.publish(0, 0)
+    slots.publish(0, 0, state_digest(params) if digests else None)
     reader = [torch.empty_like(p) for p in source]
+    loaded = dict(zip((n for n, _, _ in spec), reader, strict=True))
     plain = [torch.empty_like(p) for p in params.values()]
     one_copy = copy_best_s(plain, [p.detach() for p in params.values()], reps)
-    best = {"write_s": float("inf"), "commit_s": float("inf"), "reload_s": float("inf")}
+    steps = ("write_s", "digest_s", "commit_s", "reload_s", "check_s")
+    best = dict.fromkeys(steps, float("inf"))
     slot = 1
     for _ in range(reps):
         t0 = time.perf_counter()
         slots.write(slot, source)
         t1 = time.perf_counter()
-        ack = service.commit(CommitRequest(0, 0, slot, slots.version(), True, t_sent=t1))
+        digest = state_digest(params) if digests else None
         t2 = time.perf_counter()
-        slots.read_into(reader)
+        ack = service.commit(CommitRequest(0, 0, slot, slots.version(), True, t_sent=t2,
+                                           digest=digest))
         t3 = time.perf_counter()
+        version = slots.read_into(reader)
+        t4 = time.perf_counter()
+        check_arrival(slots, version, loaded, "bench")
+        t5 = time.perf_counter()
         slot = ack.next_slot
-        for key, v in (("write_s", t1 - t0), ("commit_s", t2 - t1), ("reload_s", t3 - t2)):
+        digest_s, check_s = (t2 - t1, t5 - t4) if digests else (0.0, 0.0)
+        for key, v in zip(steps, (t1 - t0, digest_s, t3 - t2, t4 - t3, check_s), strict=True):
             best[key] = min(best[key], v)
     per_version = sum(best.values())
     return {**best, "per_version_s": per_version, "one_copy_s": one_copy,
             "ratio_to_one_copy": per_version / one_copy,
             "bytes": sum(p.numel() * p.element_size() for p in params.values())}
+
+
+def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every weight that trains under full fine-tuning, by name."""
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def qwen05b_sized_model() -> torch.nn.Module:
@@ -240,9 +259,16 @@ def bench(cfg: RunConfig, updates: int, repeats: int, floor_steps: int,
     out["floor"] = {"bare_step_ms": floor, "sync_step_ms": sync_ms,
                     "sync_overhead_ratio": sync_ms / floor}
     policy = HFPolicy(cfg.model, cfg.train, role="trainer", device=torch.device("cpu"))
-    out["weight_sync"] = {"config_model": bench_weight_sync(policy.model)}
+    lora = cfg.train.lora
+    out["weight_sync"] = {"config_model": bench_weight_sync(
+        {n: t.detach() for n, t in policy.state_tensors().items()}, digests=lora is not None)}
     if qwen_weight_sync:
-        out["weight_sync"]["qwen2.5-0.5b-sized"] = bench_weight_sync(qwen05b_sized_model(), 3)
+        model = qwen05b_sized_model()
+        sizes = out["weight_sync"]["qwen2.5-0.5b-sized"] = {
+            "full": bench_weight_sync(trainable(model), 3)}
+        if lora is not None:  # the adapters the config's train.lora gives that model
+            sizes[f"lora_rank_{lora.rank}"] = bench_weight_sync(
+                initial_adapter(targets(model, lora), lora.rank), 10, digests=True)
     return out
 
 
