@@ -4,8 +4,9 @@
 # make resume : after Snakemake was killed: release its stale lock, then as `make run`
 # make test   : set up .venv if needed, then lint (ruff, mypy, snakemake --lint, snakefmt) and
 #               run the test suite
-# make check  : while developing: lint and the fast tests (`-m "not slow"`), about a minute;
-#               make test (what CI runs) is lint and every test
+# make check  : while developing: the same lint as make test, then the tests not marked slow
+#               (`-m "not slow"`), on CHECK_WORKERS (2) pytest workers; make test (what CI runs)
+#               is lint and every test
 # make profile : the default grid's first sync run and an emulated AReaL-style run under
 #               cProfile, cold, 3 times interleaved: start-up, decode step, update
 #               (tools/profile_run.py; needs the base model `make run` builds; ~3 min)

@@ -1,5 +1,5 @@
-# Counterfactual replays (docs/replay.md): each live wall-clock run of grid.replays.of,
-# replayed on its own schedule under each objective of grid.replays.objectives, then compared
+# Counterfactual replays (docs/replay.md): each run grid.replays.of selects (on the clock it
+# names), replayed on its own schedule under each objective of grid.replays.objectives, then compared
 # in pairs.
 
 
