@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlcore.cli import main
-from rlcore.config import ConfigError, RunConfig, config_from_dict
+from rlcore.config import ConfigError, LoraConfig, RunConfig, config_from_dict
 from rlcore.errors import DeliveryFailed, WorkerFailed
 from rlcore.policy import lora
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch, state_digest
@@ -385,3 +385,71 @@ class TestPricing:
         plans = json.loads(out.read_text())
         assert [p["train.lora.rank"] for p in plans] == ["1", "32"]
         assert all(p["updates_per_s"] > 0 for p in plans)
+
+
+# --- the paper's setup with the largest model LoRA fits ------------------------------------
+# Qwen2.5-3B-Instruct's config.json where it differs from Qwen2.5-0.5B's
+QWEN25_3B = {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+             "num_attention_heads": 16, "num_key_value_heads": 2, "max_window_layers": 70}
+PAPER_LORA = Path(__file__).resolve().parents[1] / "config" / "paper-lora.yaml"
+
+
+def qwen25_3b_on_meta() -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlcore.policy.stand_in import QWEN25_05B
+
+    with torch.device("meta"):
+        return Qwen2ForCausalLM(Qwen2Config(**{**QWEN25_05B, **QWEN25_3B}))
+
+
+class TestPaperLora:
+    def test_the_3b_profile_prices_qwen2_5_3b_s_shapes(self):
+        from rlcore.clock.profile import load_profile
+
+        model = qwen25_3b_on_meta()
+        profile = load_profile("v100x2-qwen3b-fp16")
+        assert profile.model_bytes == 4 * sum(p.numel() for p in model.parameters())
+        chosen = lora.targets(model, LoraConfig(rank=8))
+        layers: dict[str, list[int]] = {}
+        for t in chosen:
+            name = t.path.rsplit(".", 1)[-1]
+            layers.setdefault(name, [t.in_features, t.out_features, 0])[2] += 1
+        assert {n: list(v) for n, v in (profile.linear_layers or {}).items()} == layers
+        view = profile.under(LoraConfig(rank=8))
+        assert view.model_bytes == spec_bytes(lora.adapter_spec(chosen, 8))
+        assert view.lora_view is not None
+        assert view.lora_view.merge_params == lora.merge_elements(chosen)
+
+    def test_the_arithmetic_of_what_fits_is_the_model_s(self):
+        """The counts config/paper-lora.yaml's header works from are Qwen2.5-3B's."""
+        model = qwen25_3b_on_meta()
+        chosen = lora.targets(model, LoraConfig(rank=8))
+        header = PAPER_LORA.read_text()
+        for count in (sum(p.numel() for p in model.parameters()),
+                      spec_bytes(lora.adapter_spec(chosen, 8)) // 4,
+                      lora.merge_elements(chosen)):
+            assert f"{count:,}" in header, count
+
+    def test_it_is_the_paper_s_setup_with_adapters(self):
+        from rlcore.config import load_config
+
+        paper = load_config(PAPER_LORA.parent / "paper.yaml")
+        adapted = load_config(PAPER_LORA)
+        assert adapted.train.lora == LoraConfig(rank=8)
+        assert adapted.train.lr == pytest.approx(10 * paper.train.lr)
+        assert adapted.runtime.hardware == "v100x2-qwen3b-fp16"
+        assert adapted.model.path == "models/Qwen2.5-3B-Instruct"
+        same = ("rollout", "task", "staleness", "eval")
+        assert [getattr(adapted, s) for s in same] == [getattr(paper, s) for s in same]
+
+    def test_it_plans_on_a_stand_in_s_tokenizer(self, tmp_path: Path, capsys):
+        from rlcore.policy.stand_in import build_stand_in
+
+        build_stand_in(tmp_path / "m", "tiny")
+        out = tmp_path / "plans.json"
+        assert main(["plan", str(PAPER_LORA), "--set", f"model.path={tmp_path / 'm'}",
+                     "--set", "mode=areal", "--sweep", "train.lora.rank=8",
+                     "--out", str(out)]) == 0
+        plan = json.loads(out.read_text())[0]
+        assert plan["hardware"] == "v100x2-qwen3b-fp16" and plan["updates_per_s"] > 0
