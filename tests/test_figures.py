@@ -175,3 +175,12 @@ def test_a_curve_a_later_one_equals_is_named_as_hidden_under_it():
     assert learning_figures.hidden_under(curves) == [("threaded/areal_defaults K=2",
                                                       "AReaL-style/areal_defaults K=2")]
     assert learning_figures.hidden_under(curves[:2]) == []
+
+
+def test_sync_is_named_by_its_preset_where_presets_tell_its_arms_apart():
+    """config/lora.yaml's ranks are presets of sync: its lines would share one name."""
+    one = [("sync", "none", 0, "pg"), ("areal", "paper", 2, "pg")]
+    two = [*one, ("sync", "lora_r8", 0, "pg")]
+    assert not style.sync_presets_differ(one) and style.sync_presets_differ(two)
+    assert style.config_label("sync", "lora_r8", 0, sync_preset=True) == "sync/lora_r8 K=0"
+    assert style.config_label("sync", "none", 0, sync_preset=False) == "sync K=0"

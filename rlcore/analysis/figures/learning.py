@@ -32,6 +32,7 @@ from rlcore.analysis.figures.style import (
     plt,
     save,
     seconds_of,
+    sync_presets_differ,
 )
 from rlcore.analysis.tables import mean_ci95
 
@@ -55,6 +56,7 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
     groups = group_rows(rows)
     objectives, ks, colors = objectives_of(groups), arm_ks(groups), arm_colors(groups)
     clocks = by_clock(rows)
+    named = sync_presets_differ(groups)
     panels = [(clock, objective) for clock in clocks for objective in objectives]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 0.6, 4.2),
                              sharey=True, squeeze=False, layout="constrained")
@@ -73,7 +75,7 @@ def draw_pass_rate(rows: Sequence[Row], png: str | Path, svg: str | Path) -> Non
                 low = [min(c[i] for c, _ in curves) for i in range(len(mean))]
                 high = [max(c[i] for c, _ in curves) for i in range(len(mean))]
                 ax.fill_between(steps, low, high, color=style["color"], alpha=0.12, lw=0)
-            label = config_label(mode, preset, k)
+            label = config_label(mode, preset, k, named)
             ax.plot(steps, mean, label=label, linewidth=1.2, **style)
             drawn.append((label, mean))
         hidden = "\n".join(f"{label} lies under {first}" for label, first in hidden_under(drawn))
@@ -124,7 +126,8 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                     ax.annotate(f"{len(values)}/{len(members)}\n{missing_note}", (x, 0),
                                 xytext=(0, 3), textcoords="offset points", ha="center",
                                 fontsize=6)
-        ax.set_xticks(range(len(configs)), [config_label(*c) for c in configs],
+        ax.set_xticks(range(len(configs)),
+                      [config_label(*c, sync_presets_differ(configs)) for c in configs],
                       rotation=30, ha="right")
         ax.set_xlim(-0.6, len(configs) - 0.4)  # a slot per configuration, drawn or not
         if seconds:  # beside another panel a long label would run into it: two lines then
@@ -183,7 +186,8 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
             ax.annotate(f"{rate:.2g}/s", (i, total + total_ci), xytext=(0, 2),
                         textcoords="offset points", ha="center", fontsize=6)
         ax.set_xticks(range(len(groups)),
-                      [f"{config_label(m, p, k)}, {o}" for m, p, k, o in groups],
+                      [f"{config_label(m, p, k, sync_presets_differ(groups))}, {o}"
+                       for m, p, k, o in groups],
                       rotation=40, ha="right", fontsize=7)
         ax.set_ylabel(f"seconds ({seconds_of(clock)})")
         ax.grid(axis="y", alpha=0.3)

@@ -28,6 +28,7 @@ from rlcore.analysis.figures.style import (
     plt,
     save,
     seconds_of,
+    sync_presets_differ,
 )
 from rlcore.analysis.tables import mean_ci95, quality_vs_k
 from rlcore.record.identity import WALL_CLOCK
@@ -71,7 +72,8 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                 points.append((x, y))
                 ax.errorbar(x, y, xerr=xe, yerr=ye, color=color, marker=MODE_MARKER[mode],
                             capsize=2, markersize=5,
-                            label=config_label(mode, preset, k).rsplit(" K=", 1)[0]
+                            label=config_label(mode, preset, k, sync_presets_differ(groups)
+                                               ).rsplit(" K=", 1)[0]
                             if len(points) == 1 else None)
                 if mode != "sync":  # sync is K = 0 alone; its label would only crowd
                     ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],

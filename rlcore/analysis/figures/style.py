@@ -42,12 +42,19 @@ PRESET_SHADE = (0.0, -0.45, 0.45)
 plt.rcParams["svg.hashsalt"] = "rlcore"
 
 
-def config_label(mode: str, preset: str, k: int) -> str:
+def config_label(mode: str, preset: str, k: int, sync_preset: bool = False) -> str:
     """'AReaL-style/paper K=2': how a (mode, preset, K) configuration is named in every
-    figure; sync, which has nothing to drop or interrupt, shows no preset."""
-    name = MODE_LABEL.get(mode, mode) if mode == "sync" else \
+    figure; sync, which has nothing to drop or interrupt, shows its preset only where
+    `sync_preset` (`sync_presets_differ`: a preset may set more than staleness)."""
+    name = MODE_LABEL.get(mode, mode) if mode == "sync" and not sync_preset else \
         f"{MODE_LABEL.get(mode, mode)}/{preset}"
     return f"{name} K={k}"
+
+
+def sync_presets_differ(keys: Iterable[tuple[Any, ...]]) -> bool:
+    """Whether (mode, preset, ...) keys hold sync under more than one preset (config/lora.yaml's
+    adapters are presets): then sync's labels must name theirs."""
+    return len({key[1] for key in keys if key[0] == "sync"}) > 1
 
 
 def mode_rank(mode: str) -> int:
