@@ -302,17 +302,28 @@ V100 = "v100x2-qwen0.5b-fp16"
 
 
 class TestPricing:
-    def test_an_adapter_update_and_a_merge_have_their_own_terms(self):
-        from rlcore.clock.work import Merge, Update, terms
+    def test_an_adapter_update_a_merge_and_a_digest_have_their_own_terms(self):
+        from rlcore.clock.work import Digest, Merge, Update, terms
 
         assert terms(Update(tokens=10)) == {"update.call_s": 1, "update.per_token_s": 10}
         assert terms(Update(tokens=10, frozen_base=True)) == {"lora_update.call_s": 1,
                                                               "lora_update.per_token_s": 10}
         assert terms(Merge(params=7)) == {"merge.call_s": 1, "merge.per_param_s": 7}
+        assert terms(Digest(nbytes=2_000_000_000)) == {"sha256.call_s": 1, "sha256.per_gb": 2.0}
+
+    def test_a_lora_hand_over_charges_its_digests_and_a_full_one_none(self):
+        from rlcore.clock.work import Digest, Weights
+        from rlcore.plan.roles import Versions
+        from rlcore.runners.asynchronous.weight_slots import copy_work
+
+        assert copy_work(Versions(40), "write") == [Weights("write", 40)]
+        assert copy_work(Versions(40, digests=True), "read") == [Weights("read", 40),
+                                                                 Digest(40)]
+        assert copy_work(TestDelivery().slots(), "read") == [Weights("read", 12), Digest(12)]
 
     def test_the_paper_profile_prices_the_0_5b_adapters(self):
         from rlcore.clock.profile import load_profile
-        from rlcore.clock.work import Merge, Weights
+        from rlcore.clock.work import Digest, Merge, Weights
         from rlcore.config import LoraConfig
 
         full = load_profile(V100)
@@ -325,6 +336,7 @@ class TestPricing:
         copy = view.seconds(Weights("read", 123))  # the run's own bytes do not matter
         assert copy == pytest.approx(0.001 + 17_596_416 / 1e9 / 8.0)
         assert view.seconds(Merge(params=5)) == pytest.approx(0.0076 + 357_826_560 * 3.2e-11)
+        assert view.seconds(Digest(123)) == pytest.approx(0.007 + 17_596_416 / 1e9 / 1.0)
         attention = full.under(LoraConfig(rank=1, targets=("q_proj", "v_proj")))
         assert attention.model_bytes == 4 * 1 * ((896 + 896) + (896 + 128)) * 24
 
@@ -342,7 +354,7 @@ class TestPricing:
         from rlcore.config import LoraConfig
 
         with pytest.raises(ConfigError, match="cpu-2core cannot price train.lora: it has no "
-                                              "lora_update, merge"):
+                                              "lora_update, merge, sha256"):
             load_profile("cpu-2core").under(LoraConfig())
         with pytest.raises(ConfigError, match=r"names \['c_attn'\], which hardware profile"):
             load_profile(V100).under(LoraConfig(targets=("q_proj", "c_attn")))
@@ -366,8 +378,8 @@ class TestPricing:
         assert adapted["clock"]["profile_digest"] == view.digest()
         assert full["clock"]["profile_digest"] == load_profile(V100).digest()
         # a version's copies: the adapters of Qwen2.5-0.5B, not its 2 GB
-        read = adapted["scheduling"]["weight_sync"]["reload_s"]
-        assert read == pytest.approx(0.001 + 17_596_416 / 8e9
+        read = adapted["scheduling"]["weight_sync"]["reload_s"]  # copy, check, merge
+        assert read == pytest.approx(0.001 + 17_596_416 / 8e9 + 0.007 + 17_596_416 / 1e9
                                      + 0.0076 + 357_826_560 * 3.2e-11, rel=1e-6)
         assert full["scheduling"]["weight_sync"]["reload_s"] == pytest.approx(
             0.001 + 1_976_131_072 / 8e9, rel=1e-6)

@@ -173,15 +173,15 @@ def test_calibrate_refuses_weight_copies_shared_memory_cannot_hold_before_timing
         cfg, monkeypatch: pytest.MonkeyPatch):
     """A simulated 1 kB /dev/shm: a ConfigError before any slot exists or anything is
     timed, where the copies would have died of SIGBUS."""
-    from rlcore.measure import calibrate, timings
+    from rlcore.measure import calibrate, copy_timings
 
     def never(*args, **kwargs):
         raise AssertionError("timed or allocated before shared memory was checked")
 
-    monkeypatch.setattr(timings, "shared_memory_free", lambda path="": 1024)
-    monkeypatch.setattr(timings, "WeightSlots", never)
+    monkeypatch.setattr(copy_timings, "shared_memory_free", lambda path="": 1024)
+    monkeypatch.setattr(copy_timings, "WeightSlots", never)
     monkeypatch.setattr(calibrate, "time_sampling", never)
-    for call in (lambda: timings.time_weights(cfg, 1),
+    for call in (lambda: copy_timings.time_weights(cfg, 1),
                  lambda: calibrate.calibrate(cfg, "here", reps=1)):
         with pytest.raises(ConfigError) as e:
             call()

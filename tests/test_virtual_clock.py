@@ -532,7 +532,7 @@ class TestCalibrate:
     def test_weight_copies_are_timed_at_three_sizes_that_fit_in_memory(self):
         import torch
 
-        from rlcore.measure.timings import weight_scales
+        from rlcore.measure.copy_timings import weight_scales
 
         small = [("w", (10,), torch.float32)]  # 40 bytes: 1, 4 and 16 copies of it
         assert [len(s) for s in weight_scales(small, budget_bytes=100)] == [1, 4, 16]
@@ -581,7 +581,7 @@ class TestCalibrate:
             self, cfg: Any, monkeypatch: pytest.MonkeyPatch):
         """The slots timed are those the config's runtime.weight_transport resolves to (the
         device transport keeps no shared memory, so none is asked for)."""
-        from rlcore.measure import timings
+        from rlcore.measure import copy_timings
         from rlcore.runners.asynchronous.weight_slots import WeightSlots
 
         built: list[dict[str, Any]] = []
@@ -590,10 +590,10 @@ class TestCalibrate:
             built.append(kwargs)
             return WeightSlots(*args, shared=False)
 
-        monkeypatch.setattr(timings, "WeightSlots", slots)
-        monkeypatch.setattr(timings, "shared_memory_free", lambda path="": 1024)
-        monkeypatch.setattr(timings, "resolve_transport", lambda setting, device: "device")
-        write, read, transport = timings.time_weights(cfg, 1)
+        monkeypatch.setattr(copy_timings, "WeightSlots", slots)
+        monkeypatch.setattr(copy_timings, "shared_memory_free", lambda path="": 1024)
+        monkeypatch.setattr(copy_timings, "resolve_transport", lambda setting, device: "device")
+        write, read, transport = copy_timings.time_weights(cfg, 1)
         assert transport == "device" and len(built) == 3
         assert all(b["transport"] == "device" and not b["shared"] for b in built)
         assert write.n == read.n == 3

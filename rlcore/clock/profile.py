@@ -32,7 +32,17 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from rlcore.clock.work import Decode, Merge, Prefill, Reward, Update, Weights, Work, terms
+from rlcore.clock.work import (
+    Decode,
+    Digest,
+    Merge,
+    Prefill,
+    Reward,
+    Update,
+    Weights,
+    Work,
+    terms,
+)
 from rlcore.config.files import parse_yaml
 from rlcore.config.run import LoraConfig
 from rlcore.config.schema import schema_for, validation_errors
@@ -202,6 +212,11 @@ class HardwareProfile:
         "help": "rollout, and sync after an update: merging a version's adapters into the "
                 "weights sampling reads (`work.py::Merge`); null or absent: the profile "
                 "prices no LoRA run"})
+    sha256: CopyCost | None = dataclasses.field(default=None, metadata={
+        "help": "trainer and readers under train.lora: the sha256 of the adapters a version "
+                "hands over, published with it and checked on arrival (`work.py::Digest`; "
+                "from a GPU, their copy to the host included); null or absent: the profile "
+                "prices no LoRA run"})
     linear_layers: dict[str, list[int]] | None = dataclasses.field(default=None, metadata={
         "help": "the linear layers of the model these costs are for, by the last part of "
                 "their name: [in, out, how many]. A LoRA run's copies and merges are priced "
@@ -255,6 +270,8 @@ class HardwareProfile:
                 return cost.gil_share if cost is not None else 1.0
             case Merge():
                 return self.merge.gil_share if self.merge is not None else 1.0
+            case Digest():
+                return self.sha256.gil_share if self.sha256 is not None else 1.0
             case Weights():
                 return (self.weight_write if work.direction == "write"
                         else self.weight_read).gil_share
@@ -268,7 +285,7 @@ class HardwareProfile:
         Refuses a profile that cannot price a LoRA run, saying what it lacks."""
         if lora is None:
             return self
-        lacks = [k for k in ("lora_update", "merge") if getattr(self, k) is None]
+        lacks = [k for k in ("lora_update", "merge", "sha256") if getattr(self, k) is None]
         if self.model_bytes is not None and self.linear_layers is None:
             lacks.append("linear_layers (its model_bytes are of a full model)")
         if lacks:
@@ -304,9 +321,10 @@ class HardwareProfile:
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
 OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
-                 "weight_transport", "device_type", "lora_update", "merge", "linear_layers",
-                 "lora_view")
-LORA_KEYS = ("lora_update", "merge", "linear_layers")  # what only a LoRA run's price reads
+                 "weight_transport", "device_type", "lora_update", "merge", "sha256",
+                 "linear_layers", "lora_view")
+# what only a LoRA run's price reads
+LORA_KEYS = ("lora_update", "merge", "sha256", "linear_layers")
 
 
 def optional_section(name: str) -> dict[str, float]:

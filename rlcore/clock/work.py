@@ -58,6 +58,14 @@ class Weights:
 
 
 @dataclass(frozen=True)
+class Digest:
+    """A sha256 of the state a version hands over (train.lora's adapters): the trainer's of
+    its candidate, or a reader's of what it loaded, checked on arrival."""
+
+    nbytes: int
+
+
+@dataclass(frozen=True)
 class Reward:
     """Scoring one response."""
 
@@ -84,7 +92,7 @@ class Commit:
     """The parameter service deciding one commit (the version bump, not the weight copy)."""
 
 
-Work = Decode | Prefill | Update | Merge | Weights | Reward | Handle | Handoff | Commit
+Work = Decode | Prefill | Update | Merge | Weights | Digest | Reward | Handle | Handoff | Commit
 
 
 def terms(work: Work) -> dict[str, float]:
@@ -106,6 +114,8 @@ def terms(work: Work) -> dict[str, float]:
         case Weights():
             section = "weight_write" if work.direction == "write" else "weight_read"
             return {f"{section}.call_s": 1, f"{section}.per_gb": work.nbytes / 1e9}
+        case Digest():
+            return {"sha256.call_s": 1, "sha256.per_gb": work.nbytes / 1e9}
         case Reward():
             kind = {"code": "code_s", "math": "math_s"}.get(work.kind, "answer_s")
             return {f"reward.{kind}": 1}

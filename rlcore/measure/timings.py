@@ -33,8 +33,8 @@ import torch
 
 from rlcore.clock.clock import WallClock
 from rlcore.clock.work import Decode, Prefill, Update, Work
-from rlcore.config import ConfigError, LoraConfig, RunConfig
-from rlcore.policy.device import resolve_device, resolve_transport, wait_for
+from rlcore.config import LoraConfig, RunConfig
+from rlcore.policy.device import resolve_device, wait_for
 from rlcore.policy.hf_policy import HFPolicy, TrainBatch
 from rlcore.policy.sampler import Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
@@ -50,11 +50,7 @@ from rlcore.runners.asynchronous.messages import (
 from rlcore.runners.asynchronous.param_service import ParamService
 from rlcore.runners.asynchronous.vehicles import Threads
 from rlcore.runners.asynchronous.weight_slots import (
-    ParamSpec,
     WeightSlots,
-    check_shared_memory,
-    shared_memory_free,
-    spec_bytes,
     trainable_spec,
 )
 from rlcore.runners.common import preflight
@@ -218,90 +214,6 @@ def time_merges(cfg: RunConfig, reps: int) -> Fit:
             if rep:
                 points.append((policy.merge_params, time.perf_counter() - t0))
     return nonneg_lstsq([[1.0, n] for n, _ in points], [s for _, s in points])
-
-
-def weight_scales(spec: ParamSpec, budget_bytes: float = 2.5e8) -> list[ParamSpec]:
-    """A state at three sizes for the (call, GB) fit of a copy: 1, 4 and 16 times a model
-    whose state is under `budget_bytes`; else a quarter, half and all of its tensors, since
-    16 copies of a 0.5B model's fp32 state in two slots would fill 64 GB of shared memory."""
-    if spec_bytes(spec) <= budget_bytes:
-        return [[(f"{n}.{i}", shape, dtype) for i in range(scale) for n, shape, dtype in spec]
-                for scale in (1, 4, 16)]
-    whole, out = spec_bytes(spec), []
-    for share in (0.25, 0.5, 1.0):
-        part, total = [], 0
-        for entry in spec:
-            if total >= share * whole:
-                break
-            part.append(entry)
-            total += spec_bytes([entry])
-        out.append(part)
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class WeightCopies:
-    """What `time_weights` copies: between which devices, by which transport, which states."""
-
-    trainer: torch.device
-    rollout: torch.device
-    transport: str  # `runtime.weight_transport` resolved for the rollout's device
-    scales: list[ParamSpec]  # `weight_scales`
-
-
-def weight_copies(cfg: RunConfig) -> WeightCopies:
-    """The weight copies `time_weights` times for `cfg`; refuses, before any slot exists,
-    slots that shared memory cannot hold (past its limit the process dies of SIGBUS)."""
-    trainer = resolve_device(cfg.model.trainer_device, "trainer")
-    rollout = resolve_device(cfg.model.rollout_device, "rollout")
-    transport = resolve_transport(cfg.runtime.weight_transport, rollout)
-    scales = weight_scales(trainable_spec(cfg.model.path))
-    if transport != "device":  # host and pinned slots live in shared memory, two at a time
-        try:
-            check_shared_memory(scales[-1], 2, shared_memory_free())
-        except ConfigError as e:
-            raise ConfigError(
-                f"rlcore calibrate times {transport} weight copies through two slots of up to "
-                f"the whole trainable state in shared memory: {e}. Here: give /dev/shm more, "
-                "or calibrate a rollout on a GPU with runtime.weight_transport: device") from e
-    return WeightCopies(trainer, rollout, transport, scales)
-
-
-def time_weights(cfg: RunConfig, reps: int) -> tuple[Fit, Fit, str]:
-    """Writing a weight slot from the trainer's device and reading it onto the rollout's,
-    at three sizes (`weight_scales`), by the transport the config resolves to (returned)."""
-    copies = weight_copies(cfg)
-    trainer, rollout, transport = copies.trainer, copies.rollout, copies.transport
-
-    def synced() -> float:  # a copy to or from a GPU may return before its last bytes land
-        wait_for([trainer, rollout])
-        return time.perf_counter()
-
-    writes: list[tuple[float, float]] = []
-    reads: list[tuple[float, float]] = []
-    for spec in copies.scales:
-        slots = WeightSlots(spec, 2, Threads().locked_array(4), shared=transport != "device",
-                            transport=transport, device=rollout)
-        src = [torch.randn(shape).to(dtype).to(trainer) for _, shape, dtype in spec]
-        dst = [torch.empty(shape, dtype=dtype, device=rollout) for _, shape, dtype in spec]
-        gb = slots.nbytes / 1e9
-        try:
-            slots.write(0, src)
-            slots.publish(0, 0)
-            for rep in range(reps + 1):
-                t0 = synced()
-                slots.write(1, src)
-                t1 = synced()
-                slots.read_into(dst)
-                t2 = synced()
-                if rep:
-                    writes.append((gb, t1 - t0))
-                    reads.append((gb, t2 - t1))
-        finally:
-            slots.close()  # pinned: unregistered while its memory is still alive
-        del slots, src, dst
-    return (nonneg_lstsq([[1.0, g] for g, _ in writes], [s for _, s in writes]),
-            nonneg_lstsq([[1.0, g] for g, _ in reads], [s for _, s in reads]), transport)
 
 
 def time_rewards(cfg: RunConfig, n: int,

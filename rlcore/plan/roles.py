@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlcore.clock.virtual import VirtualClock
-from rlcore.clock.work import Prefill, Update, Weights
+from rlcore.clock.work import Prefill, Update
 from rlcore.config import RunConfig
 from rlcore.plan.lengths import Lengths
 from rlcore.plan.sampler import LengthPolicy
@@ -33,6 +33,7 @@ from rlcore.runners.asynchronous.rollout import generate_until_stopped
 from rlcore.runners.asynchronous.runtime import Lifecycle, Roles
 from rlcore.runners.asynchronous.trainer import TrainerRole
 from rlcore.runners.asynchronous.vehicles import Virtual
+from rlcore.runners.asynchronous.weight_slots import copy_work
 from rlcore.tasks.suites import Task
 
 CPU = torch.device("cpu")
@@ -42,11 +43,11 @@ class Versions:
     """The weight store (`interfaces.WeightStore`) without weights: which slot is current, at
     which version, and what a copy of the weights would weigh."""
 
-    digests = False
-    last_digest: str | None = None
+    last_digest: str | None = None  # priced (`copy_work`), never computed: nothing to check
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, digests: bool = False):
         self.nbytes = nbytes
+        self.digests = digests  # train.lora: each copy's digest is priced
         self._head = (0, 0)  # slot 0 published at version 0, as the live service starts
 
     def ordered(self, named: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -99,8 +100,8 @@ class Plan(Lifecycle):
     def __init__(self, cfg: RunConfig, clock: VirtualClock, tasks: list[Task],
                  prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int,
                  merge_params: int):
-        super().__init__(cfg, Virtual(clock), Versions(weight_bytes),
-                         {"rollout": CPU, "trainer": CPU}, cpus={})
+        store = Versions(weight_bytes, digests=cfg.train.lora is not None)
+        super().__init__(cfg, Virtual(clock), store, {"rollout": CPU, "trainer": CPU}, cpus={})
         self.tasks = tasks
         self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths, merge_params)
         self.tally = Tally()
@@ -122,7 +123,8 @@ class PlanTrainer(TrainerRole[PlanTrain]):
 
     def load(self) -> None:
         self.version = self.ctx.slots.read_into([])
-        self.clock.charge(Weights("read", self.ctx.slots.nbytes))
+        for work in copy_work(self.ctx.slots, "read"):
+            self.clock.charge(work)
 
     def oldest(self, req: PlanTrain) -> int:
         return req.oldest
@@ -135,7 +137,8 @@ class PlanTrainer(TrainerRole[PlanTrain]):
 
     def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float,
                 updated: bool) -> None:
-        self.clock.charge(Weights("write", self.ctx.slots.nbytes))
+        for work in copy_work(self.ctx.slots, "write"):
+            self.clock.charge(work)
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, updated, stats, t_start,
                                             self.clock.now()))

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from rlcore.clock.work import Handoff, Merge, Weights
+from rlcore.clock.work import Handoff, Merge
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.generation import Chunked, generate
 from rlcore.policy.hf_policy import HFPolicy
@@ -39,7 +39,7 @@ from rlcore.runners.asynchronous.messages import (
     SampleMsg,
     Stopped,
 )
-from rlcore.runners.asynchronous.weight_slots import check_arrival
+from rlcore.runners.asynchronous.weight_slots import check_arrival, copy_work
 
 
 class Sampling(Chunked, Protocol):
@@ -142,7 +142,8 @@ def reload(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor
     clock = ctx.clock
     t0 = clock.now()
     v = load_current(ctx, policy, params)
-    clock.charge(Weights("read", ctx.slots.nbytes))
+    for work in copy_work(ctx.slots, "read"):
+        clock.charge(work)
     if ctx.cfg.train.lora is not None:  # the version's adapters merged as they arrived
         clock.charge(Merge(policy.merge_params))
     out.events.append(Event("weight_reload", clock.now(), {

@@ -26,7 +26,6 @@ import queue
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
-from rlcore.clock.work import Weights
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.hf_policy import HFPolicy, state_digest
 from rlcore.policy.optim_steps import commit_verdict
@@ -40,7 +39,7 @@ from rlcore.runners.asynchronous.messages import (
     TrainRequest,
     UpdateDone,
 )
-from rlcore.runners.asynchronous.weight_slots import check_arrival
+from rlcore.runners.asynchronous.weight_slots import check_arrival, copy_work
 
 R = TypeVar("R")  # a batch to train
 A = TypeVar("A")  # the parameter service's verdict
@@ -206,7 +205,8 @@ class Trainer(TrainerRole[TrainRequest]):
     def load(self) -> None:
         self.version = self.ctx.slots.read_into(self.params)
         check_arrival(self.ctx.slots, self.version, self.named, self.ctx.name)
-        self.clock.charge(Weights("read", self.ctx.slots.nbytes))
+        for work in copy_work(self.ctx.slots, "read"):
+            self.clock.charge(work)
         self.step("load", self.version)
 
     def oldest(self, req: TrainRequest) -> int:
@@ -223,7 +223,8 @@ class Trainer(TrainerRole[TrainRequest]):
         t_write = self.clock.now()
         self.ctx.slots.write(self.slot, self.params)
         digest = state_digest(self.named) if self.ctx.slots.digests else None
-        self.clock.charge(Weights("write", self.ctx.slots.nbytes))
+        for work in copy_work(self.ctx.slots, "write"):
+            self.clock.charge(work)
         stats["time/weight_write_s"] = self.clock.now() - t_write
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, updated, stats, t_start,

@@ -30,10 +30,12 @@ import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from rlcore.clock.work import Digest, Weights, Work
 from rlcore.config import ConfigError, LoraConfig
 from rlcore.errors import DeliveryFailed
 from rlcore.policy.device import wait_for
@@ -87,6 +89,15 @@ def trainable_spec(model_dir: str, lora: LoraConfig | None = None) -> ParamSpec:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def copy_work(slots: WeightStore, direction: Literal["write", "read"]) -> list[Work]:
+    """What a copy of the state through `slots` computes, as a clock prices it: the copy,
+    and where slots carry digests the sha256 the writer publishes or the reader checks."""
+    work: list[Work] = [Weights(direction, slots.nbytes)]
+    if slots.digests:
+        work.append(Digest(slots.nbytes))
+    return work
 
 
 def check_arrival(slots: WeightStore, version: int, state: Mapping[str, torch.Tensor],
