@@ -147,6 +147,19 @@ class TestTraining:
             runs.append(policy.state_digest())
         assert runs[0] == runs[1]
 
+    def test_dropout_masks_the_update_and_nothing_else(self, tiny_model_dir: Path):
+        states = {}
+        for p in (0.0, 0.5):
+            cfg = lora_config(tiny_model_dir, dropout=p)
+            policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+            batch = batch_of(policy)  # the same responses: version 0 is the base either way
+            policy.update(batch, temperature=1.0, current_version=0)
+            states[p] = policy.state_digest()
+            twice = [policy.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
+                     for _ in range(2)]
+            assert twice[0] == twice[1]  # off outside the update: a forward is deterministic
+        assert states[0.0] != states[0.5]
+
 
 # --- delivery ------------------------------------------------------------------------------
 def withhold_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
