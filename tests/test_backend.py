@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch, load_tokenizer
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.loading import load_tokenizer
 from rlcore.policy.sampler import Draws
+from rlcore.policy.train_batch import TrainBatch
 
 PROMPTS = ["1+2=", "13+27=", "3+4=", "9+9=", "0+0="]  # different lengths: left padding
 

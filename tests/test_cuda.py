@@ -18,8 +18,9 @@ import torch
 
 from rlcore.config import config_from_dict
 from rlcore.evaluation import evaluate_run
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import FINISH_LAG, Generation
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.replay.replayer import replay_run
 from rlcore.runners import run_mode

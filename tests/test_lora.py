@@ -16,7 +16,8 @@ from rlcore.cli import main
 from rlcore.config import ConfigError, LoraConfig, RunConfig, config_from_dict
 from rlcore.errors import DeliveryFailed, WorkerFailed
 from rlcore.policy import lora
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch, state_digest
+from rlcore.policy.hf_policy import HFPolicy, state_digest
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.replay.replayer import replay_run
 from rlcore.runners import run_mode

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch, load_model
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.loading import load_model
 from rlcore.policy.sampler import Draws
 from rlcore.policy.sampling_weights import SamplingCopy, hold, sampling_dtype
+from rlcore.policy.train_batch import TrainBatch
 from tests.conftest import small_config
 
 CUDA, CPU = torch.device("cuda:0"), torch.device("cpu")

@@ -22,7 +22,7 @@ import torch
 
 from rlcore.config import RunConfig, config_from_dict
 from rlcore.policy import optim_steps
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.optim_steps import (
     NO_STEP_APPLIED,
     SKIPPED_STEPS,
@@ -31,6 +31,7 @@ from rlcore.policy.optim_steps import (
     commit_verdict,
 )
 from rlcore.policy.sampler import Draws
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.record.schedule import ScheduleError
 from rlcore.replay import trainer_process

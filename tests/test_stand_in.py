@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlcore.policy.hf_policy import load_tokenizer
+from rlcore.policy.loading import load_tokenizer
 from rlcore.policy.stand_in import QWEN25_05B, build_model, build_stand_in, build_tokenizer
 
 

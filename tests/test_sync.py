@@ -13,9 +13,10 @@ import torch
 from safetensors.torch import load_file
 
 from rlcore.config import RunConfig, config_from_dict
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
 from rlcore.policy.stand_in import build_stand_in
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.runners.sync import sync_train
 from tests.conftest import small_config

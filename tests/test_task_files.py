@@ -362,7 +362,7 @@ class TestShippedSamples:
 
 class TestSystemPromptEncoding:
     def test_the_system_message_comes_before_the_prompt(self) -> None:
-        from rlcore.policy.hf_policy import encode_prompt
+        from rlcore.policy.loading import encode_prompt
         from rlcore.policy.stand_in import build_tokenizer
 
         tok = build_tokenizer("tiny")

@@ -33,10 +33,11 @@ from rlcore.config import MODES, RunConfig
 from rlcore.config.run import Mode
 from rlcore.kernels import pin
 from rlcore.policy.device import wait_for
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.lora import initial_adapter, targets
 from rlcore.policy.sampler import Draws
 from rlcore.policy.stand_in import QWEN25_05B
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.runners import run_mode
 from rlcore.runners.common import preflight
 from rlcore.tasks.prompts import PromptStream

@@ -35,8 +35,9 @@ from rlcore.clock.clock import WallClock
 from rlcore.clock.work import Decode, Prefill, Update, Work
 from rlcore.config import LoraConfig, RunConfig
 from rlcore.policy.device import resolve_device, wait_for
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
 from rlcore.record.schedule import GenerationRecord
 from rlcore.runners.asynchronous.controller import Controller

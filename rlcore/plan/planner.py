@@ -48,7 +48,7 @@ class Workload:
 def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     """The config's training prompts tokenized by its model's tokenizer, and `lengths` (by
     default a geometric distribution with half of `rollout.max_new_tokens` as its mean)."""
-    from rlcore.policy.hf_policy import encode_prompt, load_tokenizer
+    from rlcore.policy.loading import encode_prompt, load_tokenizer
     from rlcore.policy.lora import merge_elements, model_targets
     from rlcore.policy.model_dir import check_model_dir
     from rlcore.runners.asynchronous.weight_slots import spec_bytes, trainable_spec

@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
-import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
 from transformers.utils import logging as hf_logging
 
 from rlcore.algo.objectives import Correction, Inputs, Knobs, LossStats
@@ -36,6 +26,7 @@ from rlcore.clock.work import Merge, Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
+from rlcore.policy.loading import encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
     Merged,
     adapter_params,
@@ -59,6 +50,7 @@ from rlcore.policy.optim_steps import (
 )
 from rlcore.policy.sampler import ChunkedSampler, Draws, Generation
 from rlcore.policy.sampling_weights import SamplingCopy, hold, sampling_dtype
+from rlcore.policy.train_batch import TrainBatch, pad_right, padded_tokens
 
 # Loading bars from transformers would interleave with the runners' progress lines.
 hf_logging.disable_progress_bar()
@@ -66,61 +58,6 @@ hf_logging.disable_progress_bar()
 
 # Prompts whose token ids a policy remembers (a training split's worth; then it stops).
 ENCODED_PROMPTS = 1 << 16
-
-# from_pretrained is not thread-safe (concurrent loads were seen to leave tied embeddings
-# untied and re-initialised); the threaded runner loads its roles' models concurrently.
-_LOAD_LOCK = threading.Lock()
-
-
-def load_model(path: str | Path, attn_implementation: str = "sdpa") -> PreTrainedModel:
-    """from_pretrained in fp32, one load at a time within a process."""
-    with _LOAD_LOCK:
-        return AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=torch.float32, attn_implementation=attn_implementation)
-
-
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """Load the tokenizer saved beside a model.
-
-    A character tokenizer saved next to a Qwen2 config is loaded as PreTrainedTokenizerFast
-    on purpose (transformers 5 saves it as the generic TokenizersBackend): AutoTokenizer may
-    pick Qwen2Tokenizer from the model type, which would drop spaces and newlines.
-    """
-    p = Path(path)
-    cfg_file = p / "tokenizer_config.json"
-    tok_class = None
-    if cfg_file.is_file():
-        tok_class = json.loads(cfg_file.read_text()).get("tokenizer_class")
-    if tok_class in ("PreTrainedTokenizerFast", "TokenizersBackend"):
-        return PreTrainedTokenizerFast.from_pretrained(str(p))
-    return AutoTokenizer.from_pretrained(str(p))
-
-
-@dataclass
-class TrainBatch:
-    """What an update consumes: responses, behaviour log-probs, versions and advantages."""
-
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]
-    behav_logprobs: list[list[float]]
-    versions: list[list[int]]
-    advantages: list[float]
-
-    def __len__(self) -> int:
-        return len(self.prompt_ids)
-
-    def select(self, idx: Sequence[int]) -> TrainBatch:
-        return TrainBatch(*[[getattr(self, f)[i] for i in idx] for f in (
-            "prompt_ids", "response_ids", "behav_logprobs", "versions", "advantages")])
-
-
-def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype,
-              device: torch.device) -> torch.Tensor:
-    """Stack ragged rows into [B, max_len], padding on the right."""
-    width = max(len(r) for r in rows)
-    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype,
-                        device=device)
-
 
 def state_digest(state: dict[str, torch.Tensor]) -> str:
     """sha256 over the tensors in name order, each as its name, dtype, shape and raw bytes:
@@ -131,28 +68,6 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return "sha256:" + digest.hexdigest()
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, *, chat: bool,
-                  system: str | None = None) -> list[int]:
-    """A prompt's token ids as the policy samples from them (chat-templated when `chat`, after
-    a system message when `system` is set)."""
-    if chat:
-        messages = [{"role": "user", "content": prompt}]
-        if system is not None:
-            messages.insert(0, {"role": "system", "content": system})
-        return list(tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False,
-        ))
-    if system is not None:  # config validation refuses this; never drop it silently
-        raise ConfigError("a system prompt needs model.prompt_format 'chat'")
-    return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-
-
-def _padded_tokens(batch: TrainBatch) -> int:
-    """Rows x width of the batch's prompt + response tensor, as a forward pass sees it."""
-    return len(batch) * max(len(p) + len(r) for p, r in
-                            zip(batch.prompt_ids, batch.response_ids, strict=True))
 
 
 class HFPolicy:
@@ -253,7 +168,7 @@ class HFPolicy:
         if self._decoders is None:
             model = self.model
             if self.lora is not None and self.merged is None:  # a trainer that samples (sync)
-                assert self.lora is not None and self.adapter is not None
+                assert self.adapter is not None
                 self.sampling_copy = merged_copy(self.model, self.lora, self.targets,
                                                  self.adapter, self.sampling_dtype)
                 model = self.sampling_copy.model
@@ -352,7 +267,7 @@ class HFPolicy:
         if self.objective.needs_prox:
             # AReaL eq. 3: the proximal policy is the one before this update's first step.
             prox_all = clock.compute(
-                Prefill(calls=1, tokens=_padded_tokens(batch)),
+                Prefill(calls=1, tokens=padded_tokens(batch)),
                 lambda: self.recompute_logprobs(batch.prompt_ids, batch.response_ids,
                                                 temperature))
         t_prox = clock.now() - t0
@@ -361,7 +276,7 @@ class HFPolicy:
         # sample may fall outside every minibatch.
         parts = [list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
                  for m in range(cfg.minibatches)]
-        tokens = sum(_padded_tokens(batch.select(idx)) for idx in parts)
+        tokens = sum(padded_tokens(batch.select(idx)) for idx in parts)
         lora = self.lora is not None
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, parts, prox_all, temperature=temperature, current_version=current_version))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,27 @@ def environment_differences(recorded: dict[str, Any], here: dict[str, Any]) -> l
     return [f"{key} was {recorded[key]!r}, here it is {here[key]!r}"
             for key in ("torch", "threads_per_role", "cpu", "devices")
             if key in recorded and key in here and recorded[key] != here[key]]
+
+
+def check_environment(original: Original, cfg: RunConfig, *, exact: bool) -> None:
+    """Say on stderr what differs from the run's environment; refuse, when the replay must be
+    `exact` (a verification without --tolerance), to go on in another one."""
+    import torch
+
+    from rlcore.kernels import cpu_name
+    from rlcore.policy.device import resolve_device
+
+    here = {"torch": torch.__version__, "threads_per_role": cfg.runtime.threads_per_role,
+            **({"cpu": cpu_name()} if cfg.runtime.kernels == "native" else {}),
+            "devices": {r: str(resolve_device(cfg.model.trainer_device, "trainer"))
+                        for r in original.environment["devices"]}}
+    differences = environment_differences(original.environment, here)
+    for d in differences:
+        print(f"rlcore replay: the environment differs from the run's: {d}", file=sys.stderr)
+    if differences and exact:
+        raise ConfigError("a verification needs the run's environment for bit-exactness, and "
+                          f"it differs ({'; '.join(differences)}); pass --tolerance T to "
+                          "report the largest divergence instead of failing")
 
 
 def read_original(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | tuple

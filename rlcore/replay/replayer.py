@@ -20,7 +20,6 @@ ordinary run directory whose summary.json says what it replayed.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,8 +27,8 @@ from typing import Any
 
 import torch
 
-from rlcore.config import ConfigError, RunConfig
-from rlcore.kernels import cpu_name, pin
+from rlcore.config import RunConfig
+from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device
 from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy, state_digest
@@ -44,7 +43,7 @@ from rlcore.record.schedule import (
     TrainerOp,
 )
 from rlcore.replay.checks import Verifier, check_held
-from rlcore.replay.inputs import Original, environment_differences, read_original
+from rlcore.replay.inputs import Original, check_environment, read_original
 from rlcore.replay.record import Replayed, ReplayOutcome, record_replay
 from rlcore.replay.trainer_process import StepDone, TrainerProcess, TrainStep
 from rlcore.replay.walk import Walk
@@ -350,17 +349,7 @@ def replay_run(run_dir: str | Path, out_dir: str | Path, overrides: list[str] | 
     original = read_original(run_dir, out_dir, overrides)
     cfg = original.replay_config(threads)
     verify = original.is_verification(cfg)
-    here = {"torch": torch.__version__, "threads_per_role": cfg.runtime.threads_per_role,
-            **({"cpu": cpu_name()} if cfg.runtime.kernels == "native" else {}),
-            "devices": {r: str(resolve_device(cfg.model.trainer_device, "trainer"))
-                        for r in original.environment["devices"]}}
-    differences = environment_differences(original.environment, here)
-    for d in differences:
-        print(f"rlcore replay: the environment differs from the run's: {d}", file=sys.stderr)
-    if differences and verify and tolerance is None:
-        raise ConfigError("a verification needs the run's environment for bit-exactness, and "
-                          f"it differs ({'; '.join(differences)}); pass --tolerance T to "
-                          "report the largest divergence instead of failing")
+    check_environment(original, cfg, exact=verify and tolerance is None)
     pin(cfg)
     torch.manual_seed(cfg.seed)
     ledger = RunLedger(cfg, out_dir, force=force)

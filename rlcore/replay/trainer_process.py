@@ -25,7 +25,8 @@ import torch
 from rlcore.config import RunConfig
 from rlcore.errors import ReplayError
 from rlcore.kernels import pin
-from rlcore.policy.hf_policy import HFPolicy, TrainBatch
+from rlcore.policy.hf_policy import HFPolicy
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.schedule import Schedule, TrainerOp
 from rlcore.runners.asynchronous.health import die_with_parent
 

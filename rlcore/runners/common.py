@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from rlcore.algo.advantages import compute_advantages
 from rlcore.config import RunConfig
 from rlcore.policy.device import resolve_device
-from rlcore.policy.hf_policy import TrainBatch
 from rlcore.policy.lora import model_targets
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.sampler import Generation
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.tasks.reward import check_suite
 from rlcore.tasks.sandbox import detect_isolation
 from rlcore.tasks.suites import Task

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcore.policy.hf_policy import TrainBatch
+from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.schedule import GenerationRecord, TrainerOp
 
 

@@ -1,0 +1,40 @@
+"""`TrainBatch`: what an update consumes, and the padding its tensors take."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TrainBatch:
+    """What an update consumes: responses, behaviour log-probs, versions and advantages."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    behav_logprobs: list[list[float]]
+    versions: list[list[int]]
+    advantages: list[float]
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    def select(self, idx: Sequence[int]) -> TrainBatch:
+        return TrainBatch(*[[getattr(self, f)[i] for i in idx] for f in (
+            "prompt_ids", "response_ids", "behav_logprobs", "versions", "advantages")])
+
+
+def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """Stack ragged rows into [B, max_len], padding on the right."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype,
+                        device=device)
+
+
+def padded_tokens(batch: TrainBatch) -> int:
+    """Rows x width of the batch's prompt + response tensor, as a forward pass sees it."""
+    return len(batch) * max(len(p) + len(r) for p, r in
+                            zip(batch.prompt_ids, batch.response_ids, strict=True))
