@@ -33,7 +33,7 @@ from rlcore.runners.asynchronous.rollout import generate_until_stopped
 from rlcore.runners.asynchronous.runtime import Lifecycle, Roles
 from rlcore.runners.asynchronous.trainer import TrainerRole
 from rlcore.runners.asynchronous.vehicles import Virtual
-from rlcore.runners.asynchronous.weight_slots import copy_work
+from rlcore.runners.asynchronous.weight_slots import carries_digests, charge_copy
 from rlcore.tasks.suites import Task
 
 CPU = torch.device("cpu")
@@ -100,7 +100,7 @@ class Plan(Lifecycle):
     def __init__(self, cfg: RunConfig, clock: VirtualClock, tasks: list[Task],
                  prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int,
                  merge_params: int):
-        store = Versions(weight_bytes, digests=cfg.train.lora is not None)
+        store = Versions(weight_bytes, digests=carries_digests(cfg))
         super().__init__(cfg, Virtual(clock), store, {"rollout": CPU, "trainer": CPU}, cpus={})
         self.tasks = tasks
         self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths, merge_params)
@@ -123,8 +123,7 @@ class PlanTrainer(TrainerRole[PlanTrain]):
 
     def load(self) -> None:
         self.version = self.ctx.slots.read_into([])
-        for work in copy_work(self.ctx.slots, "read"):
-            self.clock.charge(work)
+        charge_copy(self.clock, self.ctx.slots, "read")
 
     def oldest(self, req: PlanTrain) -> int:
         return req.oldest
@@ -137,8 +136,7 @@ class PlanTrainer(TrainerRole[PlanTrain]):
 
     def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float,
                 updated: bool) -> None:
-        for work in copy_work(self.ctx.slots, "write"):
-            self.clock.charge(work)
+        charge_copy(self.clock, self.ctx.slots, "write")
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, updated, stats, t_start,
                                             self.clock.now()))

@@ -103,6 +103,7 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
     dots; a panel per clock, whose y label says which seconds when `seconds`."""
     every = group_rows(rows)
     objectives, colors = objectives_of(every), arm_colors(every)
+    named = sync_presets_differ(every)
     width = 0.8 / len(objectives)
     panels = {clock: group_rows(clock_rows) for clock, clock_rows in by_clock(rows).items()}
     configs_of = {clock: list(dict.fromkeys((m, p, k) for m, p, k, _ in groups))
@@ -126,8 +127,7 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                     ax.annotate(f"{len(values)}/{len(members)}\n{missing_note}", (x, 0),
                                 xytext=(0, 3), textcoords="offset points", ha="center",
                                 fontsize=6)
-        ax.set_xticks(range(len(configs)),
-                      [config_label(*c, sync_presets_differ(configs)) for c in configs],
+        ax.set_xticks(range(len(configs)), [config_label(*c, named) for c in configs],
                       rotation=30, ha="right")
         ax.set_xlim(-0.6, len(configs) - 0.4)  # a slot per configuration, drawn or not
         if seconds:  # beside another panel a long label would run into it: two lines then
@@ -167,7 +167,8 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
     start on top of the job's start-up, with updates/s above each bar (the paper's
     question: does async shorten it?); a panel per clock. A virtual run has no start-up
     (`rlcore.analysis.tables.run_row`): its bar starts at the cold start."""
-    colors = arm_colors(group_rows(rows))
+    every = group_rows(rows)
+    colors, named = arm_colors(every), sync_presets_differ(every)
     panels = {clock: group_rows(clock_rows) for clock, clock_rows in by_clock(rows).items()}
     fig, axes = clock_panels({c: len(groups) for c, groups in panels.items()}, 0.45, 4.2)
     for ax, (clock, groups) in zip(axes, panels.items(), strict=True):
@@ -186,8 +187,7 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
             ax.annotate(f"{rate:.2g}/s", (i, total + total_ci), xytext=(0, 2),
                         textcoords="offset points", ha="center", fontsize=6)
         ax.set_xticks(range(len(groups)),
-                      [f"{config_label(m, p, k, sync_presets_differ(groups))}, {o}"
-                       for m, p, k, o in groups],
+                      [f"{config_label(m, p, k, named)}, {o}" for m, p, k, o in groups],
                       rotation=40, ha="right", fontsize=7)
         ax.set_ylabel(f"seconds ({seconds_of(clock)})")
         ax.grid(axis="y", alpha=0.3)

@@ -51,6 +51,7 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
     row of panels per clock, each with its own throughput axis."""
     every = group_rows(rows)
     objectives, colors = objectives_of(every), arm_colors(every)
+    named = sync_presets_differ(every)
     clocks = by_clock(rows)
     fig, axes = objective_axes(list(clocks), objectives, height=4.0, sharex="row")
     panels = [(clock, objective, ax, group_rows(clock_rows))  # in K order per (mode, preset)
@@ -72,8 +73,7 @@ def draw_quality_throughput(rows: Sequence[Row], png: str | Path,
                 points.append((x, y))
                 ax.errorbar(x, y, xerr=xe, yerr=ye, color=color, marker=MODE_MARKER[mode],
                             capsize=2, markersize=5,
-                            label=config_label(mode, preset, k, sync_presets_differ(groups)
-                                               ).rsplit(" K=", 1)[0]
+                            label=config_label(mode, preset, k, named).rsplit(" K=", 1)[0]
                             if len(points) == 1 else None)
                 if mode != "sync":  # sync is K = 0 alone; its label would only crowd
                     ax.annotate(f"K={k}", (x, y), xytext=LABEL_OFFSET[mode],

@@ -39,7 +39,7 @@ from rlcore.runners.asynchronous.messages import (
     SampleMsg,
     Stopped,
 )
-from rlcore.runners.asynchronous.weight_slots import check_arrival, copy_work
+from rlcore.runners.asynchronous.weight_slots import charge_copy, check_arrival
 
 
 class Sampling(Chunked, Protocol):
@@ -142,8 +142,7 @@ def reload(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor
     clock = ctx.clock
     t0 = clock.now()
     v = load_current(ctx, policy, params)
-    for work in copy_work(ctx.slots, "read"):
-        clock.charge(work)
+    charge_copy(clock, ctx.slots, "read")
     if ctx.cfg.train.lora is not None:  # the version's adapters merged as they arrived
         clock.charge(Merge(policy.merge_params))
     out.events.append(Event("weight_reload", clock.now(), {

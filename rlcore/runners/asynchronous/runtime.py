@@ -36,6 +36,7 @@ from rlcore.runners.asynchronous.rollout import rollout_main
 from rlcore.runners.asynchronous.trainer import trainer_main
 from rlcore.runners.asynchronous.weight_slots import (
     WeightSlots,
+    carries_digests,
     check_arrival,
     check_shared_memory,
     shared_memory_free,
@@ -207,7 +208,7 @@ class Runtime(Lifecycle):
         slots = WeightSlots(spec, rt.trainer_workers + 1,
                             vehicle.locked_array(2 + rt.trainer_workers + 1),
                             shared=vehicle.processes, transport=transport,
-                            device=devices["rollout"], digests=cfg.train.lora is not None)
+                            device=devices["rollout"], digests=carries_digests(cfg))
         cpus, self.unpinned_reason = placement(rt, devices)
         super().__init__(cfg, vehicle, slots, devices, cpus)
         self.slots: WeightSlots = slots

@@ -39,7 +39,7 @@ from rlcore.runners.asynchronous.messages import (
     TrainRequest,
     UpdateDone,
 )
-from rlcore.runners.asynchronous.weight_slots import check_arrival, copy_work
+from rlcore.runners.asynchronous.weight_slots import charge_copy, check_arrival
 
 R = TypeVar("R")  # a batch to train
 A = TypeVar("A")  # the parameter service's verdict
@@ -205,8 +205,7 @@ class Trainer(TrainerRole[TrainRequest]):
     def load(self) -> None:
         self.version = self.ctx.slots.read_into(self.params)
         check_arrival(self.ctx.slots, self.version, self.named, self.ctx.name)
-        for work in copy_work(self.ctx.slots, "read"):
-            self.clock.charge(work)
+        charge_copy(self.clock, self.ctx.slots, "read")
         self.step("load", self.version)
 
     def oldest(self, req: TrainRequest) -> int:
@@ -223,8 +222,7 @@ class Trainer(TrainerRole[TrainRequest]):
         t_write = self.clock.now()
         self.ctx.slots.write(self.slot, self.params)
         digest = state_digest(self.named) if self.ctx.slots.digests else None
-        for work in copy_work(self.ctx.slots, "write"):
-            self.clock.charge(work)
+        charge_copy(self.clock, self.ctx.slots, "write")
         stats["time/weight_write_s"] = self.clock.now() - t_write
         self.ctx.commit_q.put(CommitRequest(self.ctx.index, req.batch_id, self.slot,
                                             self.version, updated, stats, t_start,

@@ -35,8 +35,9 @@ from typing import Literal
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from rlcore.clock import Clock
 from rlcore.clock.work import Digest, Weights, Work
-from rlcore.config import ConfigError, LoraConfig
+from rlcore.config import ConfigError, LoraConfig, RunConfig
 from rlcore.errors import DeliveryFailed
 from rlcore.policy.device import wait_for
 from rlcore.policy.hf_policy import state_digest
@@ -98,6 +99,20 @@ def copy_work(slots: WeightStore, direction: Literal["write", "read"]) -> list[W
     if slots.digests:
         work.append(Digest(slots.nbytes))
     return work
+
+
+def charge_copy(clock: Clock, slots: WeightStore, direction: Literal["write", "read"]
+                ) -> None:
+    """Charge `clock` for one copy of the state through `slots` (`copy_work`)."""
+    for work in copy_work(slots, direction):
+        clock.charge(work)
+
+
+def carries_digests(cfg: RunConfig) -> bool:
+    """Whether a run's slots publish each version's digest and readers check it: under
+    train.lora, whose adapters can silently fail to arrive (full weights are not hashed:
+    2 GB a version at 0.5B)."""
+    return cfg.train.lora is not None
 
 
 def check_arrival(slots: WeightStore, version: int, state: Mapping[str, torch.Tensor],
