@@ -13,8 +13,15 @@ tokens. `portable` fixes every choice to one that all x86-64 CPUs since about 20
   that branch only where it believes the CPU is Intel's (elsewhere it silently takes AUTO),
   so on other x86-64 CPUs rlcore answers MKL's is-it-Intel question itself
   (`take_intel_mkl_paths`): every CPU then runs the same MKL code;
-- oneDNN's ISA at AVX2 (`ONEDNN_MAX_CPU_ISA`), for whatever model or op reaches it;
+- MKL's instruction cap at AVX2 (`MKL_ENABLE_INSTRUCTIONS`): a caller's `AVX512` makes
+  MKL run AVX-512 code inside its strict AVX2 branch, while the branch still reads AVX2;
+- oneDNN's ISA at AVX2 and its fp32 math strict (`ONEDNN_MAX_CPU_ISA`,
+  `ONEDNN_DEFAULT_FPMATH_MODE`, their `DNNL_` twins), for whatever model or op reaches it;
 - a fixed torch thread count per process (parallel reductions split by thread count).
+
+Every environment variable that chooses one of these kernels is in `KERNEL_VARIABLES`:
+`portable` sets it to its value there or removes it, whatever the caller exported, and a
+run records each as the process saw it and as it computed with it (`variables`).
 
 `native` leaves each library to pick the fastest code for this CPU: faster on big models,
 but a run's numbers are then a function of the CPU model as well as of the config.
@@ -45,12 +52,31 @@ from rlcore.allocator import keep_heap
 from rlcore.config import ConfigError, RunConfig
 from rlcore.errors import KernelsError
 
-# Set for `portable` in this process's environment, so that children inherit them too.
-PORTABLE_ENV = {
-    "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2,STRICT",
-    "ONEDNN_MAX_CPU_ISA": "AVX2",
+# Every variable that ATen, MKL or oneDNN reads to choose a kernel (each read once per
+# process, at the library's first use; docs/reproducibility.md), with the value `portable`
+# gives it (None: removed). oneDNN reads ONEDNN_ before DNNL_: both are pinned so that
+# neither is the caller's. Thread counts are pinned by torch.set_num_threads, which MKL and
+# OpenMP follow, not by variables.
+KERNEL_VARIABLES: dict[str, str | None] = {
+    "ATEN_CPU_CAPABILITY": "avx2",  # torch's vectorised kernels
+    "MKL_CBWR": "AVX2,STRICT",  # MKL's reproducibility branch
+    # MKL's widest instructions, inside any branch: AVX512 runs AVX-512 code within the
+    # strict AVX2 branch, which still reads AVX2
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "MKL_DEBUG_CPU_TYPE": None,  # the CPU older MKLs assume on a CPU not Intel's
+    "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's widest instructions
+    "DNNL_MAX_CPU_ISA": "AVX2",
+    "ONEDNN_CPU_ISA_HINTS": "NO_HINTS",  # oneDNN's vector register width
+    "DNNL_CPU_ISA_HINTS": "NO_HINTS",
+    "ONEDNN_DEFAULT_FPMATH_MODE": "STRICT",  # whether oneDNN may compute fp32 in bf16/tf32
+    "DNNL_DEFAULT_FPMATH_MODE": "STRICT",
 }
+# Set for `portable` in this process's environment, so that children inherit them too.
+PORTABLE_ENV = {k: v for k, v in KERNEL_VARIABLES.items() if v is not None}
+# Removed for `portable`, in this process and so in its children.
+PORTABLE_UNSET = tuple(k for k, v in KERNEL_VARIABLES.items() if v is None)
+# The variables as this process was started with them, before rlcore set any.
+STARTED_WITH = {k: os.environ.get(k) for k in KERNEL_VARIABLES}
 PORTABLE_CAPABILITY = "AVX2"  # torch.backends.cpu.get_cpu_capability() under portable
 PORTABLE_MKL_BRANCH = "AVX2,STRICT"  # mkl_branch() under portable
 X86_64 = ("x86_64", "amd64")
@@ -85,6 +111,8 @@ def pin(cfg: RunConfig, threads: int | None = None) -> dict[str, Any]:
     vendor_problem = take_intel_mkl_paths()
     if level == "portable":
         os.environ.update(PORTABLE_ENV)
+        for name in PORTABLE_UNSET:
+            os.environ.pop(name, None)
     import torch  # here: the environment above must be set before torch first computes
 
     torch.set_num_threads(threads if threads is not None else cfg.runtime.threads_per_role)
@@ -178,7 +206,14 @@ def in_force() -> dict[str, Any]:
                                              os.environ.get("DNNL_MAX_CPU_ISA", "ALL")),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
+        "variables": kernel_variables(),
     }
+
+
+def kernel_variables() -> dict[str, dict[str, str | None]]:
+    """Each of KERNEL_VARIABLES as this process was started with it (`seen`) and as it is
+    now, after rlcore pinned it (`set`); None where the variable is absent."""
+    return {k: {"seen": STARTED_WITH[k], "set": os.environ.get(k)} for k in KERNEL_VARIABLES}
 
 
 def mkl_branch() -> str | None:

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from rlcore import kernels
 from rlcore.config import ConfigError, config_from_dict
 from rlcore.kernels import (
+    KERNEL_VARIABLES,
     PORTABLE_ENV,
+    PORTABLE_UNSET,
     cpu,
+    cpu_name,
     in_force,
     intel_answer_loaded,
     parse_cpuinfo,
@@ -70,6 +74,7 @@ class TestPin:
         assert now["mkl_cbwr"] == "AVX2,STRICT"
         assert now["mkl_intel_answer"] == (cpu()["vendor"] != "GenuineIntel")
         assert all(os.environ[k] == v for k, v in PORTABLE_ENV.items())
+        assert not [k for k in PORTABLE_UNSET if k in os.environ]
 
     def test_pin_sets_the_threads_it_is_given(self):
         import torch
@@ -110,6 +115,75 @@ class TestPin:
             assert done.returncode != 0
             assert "computed in this process before rlcore pinned" in done.stderr
             assert "ATEN_CPU_CAPABILITY=avx2" in done.stderr
+
+
+# For each kernel variable, a value that would choose other kernels than portable's on a
+# host able to run them (AVX-512 and AMX hosts; oneDNN's when an op reaches it).
+CHALLENGES = {
+    "ATEN_CPU_CAPABILITY": "avx512",
+    "MKL_CBWR": "AVX512",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+    "MKL_DEBUG_CPU_TYPE": "5",
+    "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX",
+    "DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX",
+    "ONEDNN_CPU_ISA_HINTS": "PREFER_YMM",
+    "DNNL_CPU_ISA_HINTS": "PREFER_YMM",
+    "ONEDNN_DEFAULT_FPMATH_MODE": "BF16",
+    "DNNL_DEFAULT_FPMATH_MODE": "BF16",
+}
+# A short sync run in a fresh process (kernels are fixed per process); prints its digest.
+SHORT_RUN = ("import json, sys; from rlcore.kernels import take_intel_mkl_paths; "
+             "take_intel_mkl_paths(); from rlcore.config import config_from_dict; "
+             "from rlcore.runners.sync import sync_train; "
+             "sync_train(config_from_dict(json.loads(sys.argv[1])), sys.argv[2]); "
+             "print(json.loads(open(sys.argv[2] + '/summary.json').read())"
+             "['reproducibility']['state_digest'])")
+
+
+def _short_run_digest(model: Path, out: Path, kernels: str, env: dict[str, str]) -> str:
+    cfg = small_config(model, runtime={"kernels": kernels, "progress_every": 0},
+                       train={"updates": 2})
+    clean = {k: v for k, v in os.environ.items() if k not in KERNEL_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", SHORT_RUN, json.dumps(cfg), str(out)],
+                          cwd=ROOT, env={**clean, **env}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()[-1]
+
+
+@pytest.fixture(scope="module")
+def clean_digest(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A short portable run's digest, started with none of the kernel variables set."""
+    return _short_run_digest(tiny_model_dir, tmp_path_factory.mktemp("clean") / "run",
+                             "portable", {})
+
+
+def test_every_kernel_variable_has_a_challenge():
+    assert set(CHALLENGES) == set(KERNEL_VARIABLES)
+
+
+class TestTheCallersEnvironment:
+    """A portable run's weights are the same whatever kernel variables its caller exported:
+    each is tried at a value that, left unpinned, chooses other kernels on this host."""
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("name", sorted(CHALLENGES))
+    def test_a_variable_the_caller_set_changes_no_weight(
+            self, name: str, tiny_model_dir: Path, tmp_path: Path, clean_digest: str):
+        value = CHALLENGES[name]
+        # portable as if it left this one variable to the caller: the pins set by hand, the
+        # kernels setting native so that rlcore touches nothing
+        unpinned = {**PORTABLE_ENV, name: value}
+        if _short_run_digest(tiny_model_dir, tmp_path / "unpinned", "native",
+                        unpinned) == clean_digest:
+            pytest.skip(f"{name}={value} left unpinned chooses no other kernel for this model "
+                        f"on this CPU ({cpu_name()}; flags {' '.join(cpu()['flags'])}), so "
+                        "this host cannot show that portable pins it")
+        assert _short_run_digest(tiny_model_dir, tmp_path / "pinned", "portable",
+                                 {name: value}) == clean_digest
+        recorded = json.loads((tmp_path / "pinned" / "config.json").read_text())
+        assert recorded["environment"]["kernels"]["variables"][name] == {
+            "seen": value, "set": KERNEL_VARIABLES[name]}
 
 
 def _pin_in_a_fresh_process(env: dict[str, str], first: str = "") -> subprocess.CompletedProcess:
@@ -181,6 +255,16 @@ def test_a_run_records_its_cpu_and_kernels(tiny_model_dir: Path, tmp_path: Path)
     assert rep["environment"]["kernels"] == "portable"
     assert rep["environment"]["cpu_capability"] == "AVX2"
     assert rep["environment"]["cpu"].startswith(env["cpu"]["vendor"])
+
+
+def test_the_record_names_each_variable_as_seen_and_as_set(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(kernels.STARTED_WITH, "MKL_ENABLE_INSTRUCTIONS", "AVX512")
+    monkeypatch.setitem(kernels.STARTED_WITH, "MKL_DEBUG_CPU_TYPE", "5")
+    variables = in_force()["variables"]
+    assert list(variables) == list(KERNEL_VARIABLES)
+    # the test session runs pinned (conftest): what it computes with is portable's
+    assert variables["MKL_ENABLE_INSTRUCTIONS"] == {"seen": "AVX512", "set": "AVX2"}
+    assert variables["MKL_DEBUG_CPU_TYPE"] == {"seen": "5", "set": None}
 
 
 def test_a_native_runs_cpu_is_part_of_its_environment():
