@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""rlcore's CUDA path and the virtual clock checked on one GPU, in six stages.
+"""rlcore's CUDA path and the virtual clock checked on one GPU, in seven stages.
 
   stage 1  checks: the machine (device, torch and the GPUs it was built for, driver,
            /dev/shm); `python -m rlcore.measure.cuda_checks` (two threads capturing, a
@@ -8,13 +8,17 @@
   stage 2  probes (rlcore/measure/device_probe.py): a policy version of the
            Qwen2.5-0.5B-architecture stand-in through each weight transport, and the
            sampler's token under each decoder at batch 4, 32 and 64 against HF generate;
-  stage 3  smoke: `rlcore smoke` of config/paper.yaml in every mode, both roles on the GPU;
-  stage 4  calibrate: `rlcore calibrate` of the stand-in (a profile named after the card),
+  stage 3  LoRA: config/paper-lora.yaml's path on the stand-in under fp16, both roles on
+           the GPU: an AReaL-style run at K = 2 with its held-out evaluation, `rlcore eval`
+           of it in a fresh process, and a replay of it (the adapter's base digest checked
+           by each; its hand-over's bytes and seconds recorded);
+  stage 4  smoke: `rlcore smoke` of config/paper.yaml in every mode, both roles on the GPU;
+  stage 5  calibrate: `rlcore calibrate` of the stand-in (a profile named after the card),
            beside the card's derived profile term by term;
-  stage 5  live against virtual: the paper's preset at K = 2 (AReaL-style) and sync, live
+  stage 6  live against virtual: the paper's preset at K = 2 (AReaL-style) and sync, live
            and under the virtual clock on the card's profile (`rlcore bench --virtual`): the
-           one stage 4 wrote on this machine, else config/hardware/<card>-qwen0.5b.yaml;
-  stage 6  pipeline: config/gpu-smoke.yaml over config/paper.yaml through Snakemake to its
+           one stage 5 wrote on this machine, else config/hardware/<card>-qwen0.5b.yaml;
+  stage 7  pipeline: config/gpu-smoke.yaml over config/paper.yaml through Snakemake to its
            report (shortened), with `model.decode: static` where this machine's decode probe
            failed, stopped early or wrote no JSON.
 
@@ -53,6 +57,7 @@ from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "config/paper.yaml"
+LORA_CONFIG = "config/paper-lora.yaml"
 OVERLAY = "config/gpu-smoke.yaml"
 HARDWARE = ROOT / "config" / "hardware"
 # The paper's preset (config/paper.yaml, presets.paper) at K = 2, short and chunked.
@@ -70,6 +75,9 @@ LIMITS: dict[str, float] = {
     "pytest_cuda": 180,  # 7 tests took 27 s there; about 27 are marked cuda
     "transport": 60,
     "decode": 100,
+    "lora_run": 120,  # new: the stand-in's rank-8 adapters, a few updates and an eval
+    "lora_eval": 45,
+    "lora_replay": 100,
     "smoke": 200,
     "calibrate": 170,
     "compare": 30,
@@ -93,10 +101,11 @@ class Stage(NamedTuple):
 STAGES: dict[str, Stage] = {
     "1": Stage("checks", ("cuda_checks", "pytest_cuda"), "tiny"),  # cuda_checks' fp16 model
     "2": Stage("probes", ("transport", "decode"), "run"),
-    "3": Stage("smoke", ("smoke",), "run"),
-    "4": Stage("calibrate", ("calibrate", "compare"), "run"),
-    "5": Stage("live against virtual", ("bench_areal", "bench_sync"), "run"),
-    "6": Stage("pipeline", ("overlay", "overlay_report"), "run"),
+    "3": Stage("lora", ("lora_run", "lora_eval", "lora_replay"), "run"),
+    "4": Stage("smoke", ("smoke",), "run"),
+    "5": Stage("calibrate", ("calibrate", "compare"), "run"),
+    "6": Stage("live against virtual", ("bench_areal", "bench_sync"), "run"),
+    "7": Stage("pipeline", ("overlay", "overlay_report"), "run"),
 }
 
 
@@ -126,12 +135,14 @@ def sizes(size: str) -> dict[str, Any]:
     if size == "0.5b":
         # the overlay at half gpu-smoke.yaml's updates and tasks: its runs, evals, tables and
         # figures then fit LIMITS["overlay"]
-        return {"smoke_updates": 3, "max_new_tokens": 32, "chunk_tokens": 8,
+        return {"smoke_updates": 3, "lora_updates": 6, "lora_heldout": 16,
+                "max_new_tokens": 32, "chunk_tokens": 8,
                 "bench_updates": 24, "calibrate_repeats": 2, "transport_repeats": 5,
                 "decode_batches": [4, 32, 64], "decode_steps": 32,
                 "overlay": {"run": {"train": {"updates": 12}, "eval": {"heldout_tasks": 32}}}}
     # a dry run on CPU: the overlay's runs on the CPU, short
-    return {"smoke_updates": 2, "max_new_tokens": 8, "chunk_tokens": 4,
+    return {"smoke_updates": 2, "lora_updates": 2, "lora_heldout": 4,
+            "max_new_tokens": 8, "chunk_tokens": 4,
             "bench_updates": 4, "calibrate_repeats": 1, "transport_repeats": 2,
             "decode_batches": [4, 8], "decode_steps": 4,
             "overlay": {"run": {"model": {"rollout_device": "cpu", "trainer_device": "cpu",
@@ -320,13 +331,13 @@ def stage_sources() -> list[Path]:
 
 
 def calibrated_profile(args: argparse.Namespace, env: dict[str, Any]) -> Path:
-    """Where stage 4 writes the card's profile on this machine."""
+    """Where stage 5 writes the card's profile on this machine."""
     name = f"{card_name(env)}-qwen0.5b" if args.size == "0.5b" else "dry-run-tiny"
     return args.work / f"{name}.yaml"
 
 
 def bench_profile(args: argparse.Namespace, env: dict[str, Any]) -> Path:
-    """What stage 5 prices its virtual runs with: stage 4's profile where it ran on this
+    """What stage 6 prices its virtual runs with: stage 5's profile where it ran on this
     machine, else the card's in the tree."""
     profile = calibrated_profile(args, env)
     return profile if profile.is_file() else committed_profile(env)
@@ -356,6 +367,35 @@ def run_sets(args: argparse.Namespace) -> list[str]:
             f"model.trainer_device={args.device}",
             f"rollout.max_new_tokens={n['max_new_tokens']}",
             f"rollout.chunk_tokens={n['chunk_tokens']}", "runtime.save_policy=false"]
+
+
+def lora_sets(args: argparse.Namespace) -> list[str]:
+    """config/paper-lora.yaml's path on the stand-in: AReaL-style at K = 2 under the paper's
+    preset, short, its adapters saved for the evaluation and the replay (fp32 on a CPU)."""
+    n = sizes(args.size)
+    return [*run_sets(args), "mode=areal", "staleness.staleness_k=2", *PAPER,
+            f"train.updates={n['lora_updates']}", f"eval.heldout_tasks={n['lora_heldout']}",
+            "runtime.save_policy=true",
+            *([] if args.device.startswith("cuda") else ["model.dtype=fp32"])]
+
+
+def lora_figures(work: Path) -> dict[str, Any]:
+    """What the LoRA stage measured: the run's adapter hand-over and speed, its held-out
+    score, and the replay's verdict."""
+    out: dict[str, Any] = {}
+    for name in ("run", "replay"):
+        d = work / "lora" / name
+        if (d / "summary.json").is_file():
+            s = json.loads((d / "summary.json").read_text())
+            out[name] = {"wall_s": s["time"]["wall_s"], "updates": s["updates"],
+                         "weight_sync": s["scheduling"]["weight_sync"],
+                         "gpu_peak_bytes": s["gpu_peak_bytes"],
+                         "replay": s["reproducibility"]["replay"]}
+        if (d / "eval.json").is_file():
+            scores = json.loads((d / "eval.json").read_text())
+            out.setdefault(name, {})["eval"] = {k: v for k, v in scores.items()
+                                                if k != "per_task"}
+    return out
 
 
 def sets(values: list[str]) -> list[str]:
@@ -403,6 +443,13 @@ def commands(args: argparse.Namespace, env: dict[str, Any]) -> dict[str, list[st
                       *sets(run_sets(args))],
         "compare": [*py, str(Path(__file__).resolve()), "--compare", str(reference),
                     str(profile)],
+        "lora_run": [*py, "-m", "rlcore", "run", LORA_CONFIG, "--out", str(work / "lora" / "run"),
+                     "--force", "--eval", *sets(lora_sets(args))],
+        "lora_eval": [*py, "-m", "rlcore", "eval", str(work / "lora" / "run")],
+        # a verification; GPU kernels are not bit-reproducible, so it reports its divergence
+        "lora_replay": [*py, "-m", "rlcore", "replay", str(work / "lora" / "run"), "--out",
+                        str(work / "lora" / "replay"), "--force", "--eval",
+                        *(["--tolerance", "0.05"] if args.device.startswith("cuda") else [])],
         "overlay": snakemake,
         "overlay_report": [*snakemake, "--report", str(work / "gpu-smoke" / "report.html")],
     }
@@ -499,23 +546,33 @@ def run_steps(check: Check, args: argparse.Namespace, stage: str) -> list[Path]:
     """The stage's own steps, each recorded as it ends; the run records to archive."""
     cmds = commands(args, check.data["env"])
     work, out = args.work, args.out
-    if stage == "1":
+    if STAGES[stage].name == "checks":
         check.step("cuda_checks", cmds["cuda_checks"])
         check.load("cuda_checks", out / "cuda_checks.json")
         check.step("pytest_cuda", cmds["pytest_cuda"])
         check.data["pytest_cuda"] = pytest_counts(check.log("pytest_cuda"))
         check.save()
         return []
-    if stage == "2":
+    if STAGES[stage].name == "probes":
         for probe in ("transport", "decode"):
             check.step(probe, cmds[probe])
             check.load(probe, out / f"{probe}.json")
         return []
-    if stage == "3":
+    if STAGES[stage].name == "lora":
+        # each step reads what the one before wrote: no eval or replay of a failed run
+        for name in STAGES[stage].steps:
+            if name != "lora_run" and check.data["steps"]["lora_run"]["status"] != "ok":
+                check.skip(name, "the LoRA run failed")
+                continue
+            check.step(name, cmds[name])
+        check.data["lora"] = lora_figures(work)
+        check.save()
+        return [work / "lora"]
+    if STAGES[stage].name == "smoke":
         check.step("smoke", cmds["smoke"])
         check.load("smoke", work / "smoke" / "smoke.json")
         return [work / "smoke"]
-    if stage == "4":
+    if STAGES[stage].name == "calibrate":
         profile = calibrated_profile(args, check.data["env"])
         ok = check.step("calibrate", cmds["calibrate"])
         check.data["profile"] = profile.name if ok and profile.is_file() else None
@@ -530,12 +587,12 @@ def run_steps(check: Check, args: argparse.Namespace, stage: str) -> list[Path]:
             check.data["profile_compare"] = check.log("compare").read_text()
             check.save()
         return [profile]
-    if stage == "5":
+    if STAGES[stage].name == "live against virtual":
         profile = bench_profile(args, check.data["env"])
         check.data["bench_profile"] = str(profile)
         for name in BENCH_MODES:
             if not profile.is_file():
-                check.skip(name, f"no profile {profile}: run stage 4 first on this machine")
+                check.skip(name, f"no profile {profile}: run stage 5 first on this machine")
                 continue
             check.step(name, cmds[name])
             label = name.removeprefix("bench_")
@@ -548,7 +605,7 @@ def run_steps(check: Check, args: argparse.Namespace, stage: str) -> list[Path]:
 
 
 def pipeline(check: Check, args: argparse.Namespace, cmds: dict[str, list[str]]) -> list[Path]:
-    """Stage 6: the paper's pipeline on one GPU through Snakemake, then its report."""
+    """Stage 7: the paper's pipeline on one GPU through Snakemake, then its report."""
     results = args.work / "gpu-smoke"
     failure = captured_step_failure(check.data["steps"].get("decode"), check.data.get("decode"))
     own = sizes(args.size)["overlay"]
@@ -619,6 +676,14 @@ def table(data: dict[str, Any]) -> str:
                      + (f" {c['error']}" if "error" in c else ""))
     if "pytest_cuda" in data:
         lines.append(f"pytest -m cuda: {data['pytest_cuda']}")
+    for name, r in data.get("lora", {}).items():
+        ws, ev, rep = r.get("weight_sync", {}), r.get("eval", {}), r.get("replay") or {}
+        lines.append(f"lora {name}: {r.get('updates')} updates in {r.get('wall_s', 0):.1f} s, "
+                     f"adapter {ws.get('bytes_per_version')} B/version in "
+                     f"{ws.get('per_version_s', 0) * 1000:.1f} ms, held-out greedy "
+                     f"{ev.get('greedy_pass_rate')}"
+                     + (f", {rep['kind']} with max divergence {rep['max_divergence']}"
+                        if rep else ""))
     for mode, m in data.get("smoke", {}).get("modes", {}).items():
         ws = m["weight_sync"]
         lines.append(f"smoke {mode}: {m['s_per_update']:.3f} s/update, "
