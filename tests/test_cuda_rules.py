@@ -16,10 +16,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from rlcore.measure.timings import STEPS, sampling_grid
 from rlcore.policy import device as device_mod
 from rlcore.policy.decode_step import Weights
-from rlcore.policy.decoders import cache_keyword
-from rlcore.policy.graphs import Bucket, GraphDecoder, GraphPool
+from rlcore.policy.decoders import StaticDecoder, cache_keyword
+from rlcore.policy.graphs import (
+    Bucket,
+    GraphDecoder,
+    GraphPool,
+    prepared_spans,
+    rows_bucket,
+    span_bucket,
+)
 from rlcore.policy.sampler import FinishWatch
 from rlcore.runners.asynchronous import weight_slots as ws
 from rlcore.runners.asynchronous.vehicles import Threads
@@ -96,7 +104,7 @@ class TestCapturesAreAloneAndBeforeTheRun:
             self, cuda: FakeCuda):
         model = qwen2(4, 2)
         pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model))
-        pool.prepare(range(1, 6), columns=200)
+        pool.prepare(range(1, 6), [200])
         assert list(pool.buckets) == [(8, 256), (4, 256), (2, 256), (1, 256)]
         assert [c.what for c in cuda.calls].count("capture") == 4
         # a later, narrower batch takes a prepared bucket: nothing is captured in the run
@@ -105,6 +113,42 @@ class TestCapturesAreAloneAndBeforeTheRun:
         d.refill()
         assert d.bucket is pool.buckets[(4, 256)]
         assert [c.what for c in cuda.calls].count("capture") == 4
+
+    def test_a_batch_of_common_width_decodes_over_its_own_span_not_the_widest(
+            self, cuda: FakeCuda):
+        # 99 prompts of 20 tokens and one of 980, 16 new tokens: spans of 128 and 1024
+        spans = prepared_spans([20] * 99 + [980], 16)
+        assert spans == [1024, 128]
+        model = qwen2(4, 2)
+        pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model))
+        pool.prepare(range(1, 5), spans)
+        assert list(pool.buckets) == [(4, 1024), (4, 128), (2, 1024), (2, 128), (1, 1024),
+                                      (1, 128)]
+        ids, mask = batch([20, 18, 20])
+        d = GraphDecoder(pool, ids, mask, cache_keyword(model), 16)
+        d.refill()
+        assert (d.bucket.rows, d.bucket.span) == (4, 128)  # type: ignore[union-attr]
+        assert [c.what for c in cuda.calls].count("capture") == 6
+
+    def test_a_captured_step_is_charged_for_its_bucket_rows_and_span(self):
+        model = qwen2(4, 2)
+        pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model), capture=False)
+        ids, mask = batch([3, 5, 4])
+        d = GraphDecoder(pool, ids, mask, cache_keyword(model), 16)
+        d.refill()
+        # 3 rows in a 4-row bucket, 5 + 16 columns in a span of 128: all of it computed
+        assert d.work() == (4, 128)
+        assert StaticDecoder(model, ids, mask, contextlib.nullcontext, cache_keyword(model),
+                             16).work() == (3, 5)
+
+    def test_the_captured_steps_fit_sees_rows_and_spans_it_can_tell_apart(self):
+        batches, widths = sampling_grid("graph")
+        buckets = [(rows_bucket(b), span_bucket(w + STEPS)) for b in batches for w in widths]
+        assert len({span for _, span in buckets}) >= 3
+        assert any(rows_bucket(b) != b for b in batches)
+        # the charge's row and row x column terms over the grid: independent columns
+        design = torch.tensor([[r, r * span] for r, span in buckets], dtype=torch.float64)
+        assert int(torch.linalg.matrix_rank(design)) == 2
 
     def test_two_threads_capturing_at_once_take_turns(self, cuda: FakeCuda):
         cuda.capture_pause_s = 0.05

@@ -99,7 +99,7 @@ def captures_at_once(dev: torch.device) -> dict[str, Any]:
         def fn() -> None:
             bind(dev)
             go.wait()
-            pool.prepare(range(1, 9), columns=256)
+            pool.prepare(range(1, 9), [256])
         return fn
 
     errors = in_threads(*(capture(p) for p in pools))
@@ -134,7 +134,7 @@ def capture_beside_waits(dev: torch.device) -> dict[str, Any]:
             bind(dev)
             pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model))
             for span in (128, 256, 384):
-                pool.prepare(range(1, 17), columns=span)
+                pool.prepare(range(1, 17), [span])
         finally:
             done.set()
 
@@ -187,7 +187,7 @@ def other_device(dev: torch.device) -> dict[str, Any]:
     torch.cuda.set_device(0)  # the calling thread's current device is not the pool's
     model = small_qwen2(second, 3)
     pool = GraphPool(model, contextlib.nullcontext, cache_keyword(model))
-    pool.prepare([4], columns=128)
+    pool.prepare([4], [128])
     worst = replay_matches_eager(pool)
     if worst > TOLERANCE:
         raise RuntimeError(f"a replay on cuda:1 differs from its eager step by {worst:.3g}")

@@ -59,6 +59,11 @@ from rlcore.tasks.reward import evaluate_response
 
 BATCHES = (1, 4, 8, 16)
 PROMPTS = (4, 16, 48)  # prompt widths in tokens
+# A captured step computes its bucket (rows to a power of two, columns to a span of 128):
+# its fit needs batches between the powers and prompts wide enough for spans of 256 and 512,
+# or its row and column terms cannot be told apart.
+GRAPH_BATCHES = (1, 3, 4, 12, 16)
+GRAPH_PROMPTS = (4, 16, 48, 200, 400)
 STEPS = 24  # decode steps per sampler, in chunks of CHUNK
 CHUNK = 4
 
@@ -124,6 +129,11 @@ def random_ids(policy: HFPolicy, n: int, rng: random.Random) -> list[int]:
     return [rng.choice(ids) for _ in range(n)]
 
 
+def sampling_grid(decode: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The batch sizes and prompt widths the sampling fit is timed at, for a decode path."""
+    return (GRAPH_BATCHES, GRAPH_PROMPTS) if decode == "graph" else (BATCHES, PROMPTS)
+
+
 def time_sampling(cfg: RunConfig, reps: int) -> tuple[Fit, Fit, str]:
     """Decode (steps, rows, row x context) and prefill (calls, tokens) on the rollout device,
     and the decode path they are of (`model.decode` resolved there)."""
@@ -134,9 +144,10 @@ def time_sampling(cfg: RunConfig, reps: int) -> tuple[Fit, Fit, str]:
     rng = random.Random(0)
     decode: list[tuple[Decode, float]] = []
     prefill: list[tuple[Prefill, float]] = []
+    batches, widths = sampling_grid(policy.decoders.kind)
     for rep in range(reps + 1):  # the first pass warms up and is not fit
-        for b in BATCHES:
-            for width in PROMPTS:
+        for b in batches:
+            for width in widths:
                 prompts = [random_ids(policy, width, rng) for _ in range(b)]
                 clock.mark()
                 s = policy.sampler(prompts, max_new_tokens=STEPS, temperature=1.0,

@@ -185,6 +185,11 @@ class Tokens:
     def context(self) -> int:
         return self.t
 
+    def work(self) -> tuple[int, int]:
+        """The rows a decode step computes and the columns each attends to: the batch's own
+        (a captured step computes its bucket's: `graphs.GraphDecoder.work`)."""
+        return self.ids.shape[0], self.t
+
     def append(self, tok: torch.Tensor) -> None:
         self.ids[:, self.t] = tok
         self.mask[:, self.t] = 1

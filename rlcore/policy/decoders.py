@@ -42,6 +42,11 @@ class Decoder(Protocol):
         """Columns of the sequence so far (prompt width + tokens appended)."""
         ...
 
+    def work(self) -> tuple[int, int]:
+        """The rows a decode step computes and the columns each attends to (what the clock
+        charges for it)."""
+        ...
+
     def refill(self) -> torch.Tensor:
         """A new KV cache of the whole sequence under the current weights; the last
         position's logits [B, V] (float32)."""
@@ -122,6 +127,9 @@ class HFDecoder:
     def context(self) -> int:
         return self.mask.shape[1]
 
+    def work(self) -> tuple[int, int]:
+        return self.ids.shape[0], self.mask.shape[1]
+
     def refill(self) -> torch.Tensor:
         self.cache = DynamicCache()
         return prefill(self.model, self.ids, self.mask, self.cache, self.autocast,
@@ -192,11 +200,11 @@ class Decoders:
         self.graphs = (GraphPool(model, autocast, self.cache_kw) if self.kind == "graph"
                        else None)
 
-    def prepare(self, rows: Iterable[int], columns: int) -> None:
-        """Before the run: capture the steps of batches of each of `rows` rows whose prompt
-        and response fit in `columns` (`graph`; the other decoders keep nothing)."""
+    def prepare(self, rows: Iterable[int], spans: Iterable[int]) -> None:
+        """Before the run: capture the steps of batches of each of `rows` rows at each of
+        `spans` columns (`graph`; the other decoders keep nothing)."""
         if self.graphs is not None:
-            self.graphs.prepare(rows, columns)
+            self.graphs.prepare(rows, spans)
 
     def new(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> Decoder:
         """A decoder for a batch of left-padded prompts (ids and mask [B, width])."""

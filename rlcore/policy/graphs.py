@@ -22,7 +22,8 @@ current in the calling thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -34,6 +35,10 @@ from rlcore.policy.device import CAPTURE_LOCK
 
 SPAN_STEP = 128  # the KV cache's columns are a multiple of this: batches share a bucket
 WARMUP = 3  # eager runs on the capture stream before a capture (CUDA's lazy initialisation)
+# The prompt widths whose spans a run captures ahead, as quantiles of its training prompts'
+# widths: a batch attends over the narrowest span that holds it, so a long tail of prompts
+# costs only the batches that meet it (gpt-fast sizes its static cache per call likewise).
+SPAN_QUANTILES = (0.5, 0.9, 1.0)
 
 
 def rows_bucket(rows: int) -> int:
@@ -44,6 +49,14 @@ def rows_bucket(rows: int) -> int:
 def span_bucket(columns: int) -> int:
     """The KV cache's columns rounded up to a multiple of `SPAN_STEP`."""
     return -(-columns // SPAN_STEP) * SPAN_STEP
+
+
+def prepared_spans(widths: Sequence[int], max_new_tokens: int) -> list[int]:
+    """The KV spans a run captures ahead, widest first: those of its prompts' widths at
+    SPAN_QUANTILES (nearest rank) with `max_new_tokens` on top."""
+    ws = sorted(widths) or [1]
+    picks = {ws[max(0, math.ceil(q * len(ws)) - 1)] for q in SPAN_QUANTILES}
+    return sorted({span_bucket(w + max_new_tokens) for w in picks}, reverse=True)
 
 
 class Bucket:
@@ -128,13 +141,15 @@ class GraphPool:
         prefill(self.model, ids, torch.ones_like(ids), cache, self.autocast, self.cache_kw)
         return cache.layers[0].keys.dtype
 
-    def prepare(self, rows: Iterable[int], columns: int) -> None:
-        """Capture, largest first, the buckets of batches of each of `rows` rows whose
-        prompt and response fit in `columns`: before the run, so none captures in it."""
+    def prepare(self, rows: Iterable[int], spans: Iterable[int]) -> None:
+        """Capture, largest first, a bucket for batches of each of `rows` rows at each of
+        `spans` columns: before the run, so none captures in it."""
         dtype = self.kv_dtype()
-        span = span_bucket(columns)
+        widths = sorted({span_bucket(s) for s in spans}, reverse=True)
         for r in sorted({rows_bucket(r) for r in rows}, reverse=True):
-            self.bucket(r, span, dtype)
+            for span in widths:
+                if (r, span) not in self.buckets:
+                    self._new(r, span, dtype)
 
     def bucket(self, rows: int, columns: int, dtype: torch.dtype) -> Bucket:
         """The bucket for a batch of `rows` rows and `columns` columns: the narrowest one
@@ -143,13 +158,17 @@ class GraphPool:
         fits = [s for (br, s) in self.buckets if br == r and s >= span]
         if fits:
             return self.buckets[(r, min(fits))]
-        b = Bucket(self.w, r, span, self.device, dtype)
+        return self._new(r, span, dtype)
+
+    def _new(self, rows: int, span: int, dtype: torch.dtype) -> Bucket:
+        """A bucket of exactly `rows` rows and `span` columns, captured now."""
+        b = Bucket(self.w, rows, span, self.device, dtype)
         if self.capture:
             with CAPTURE_LOCK:
                 if self.pool is None:
                     self.pool = torch.cuda.graph_pool_handle()
                 b.capture(self.autocast, self.pool)
-        self.buckets[(r, span)] = b
+        self.buckets[(rows, span)] = b
         return b
 
 
@@ -175,6 +194,12 @@ class GraphDecoder(Tokens):
         bk.mask[:b, :self.t] = self.mask[:, :self.t].bool()
         bk.mask[b:, 0] = True  # rows beyond the batch attend to one column: no empty softmax
         return logits
+
+    def work(self) -> tuple[int, int]:
+        """A captured step computes every row of its bucket over every column of its span,
+        whatever the batch's own rows and context."""
+        assert self.bucket is not None, "refill comes first"
+        return self.bucket.rows, self.bucket.span
 
     def forward(self) -> torch.Tensor:
         assert self.bucket is not None, "refill comes first"

@@ -26,6 +26,7 @@ from rlcore.clock.work import Merge, Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
+from rlcore.policy.graphs import prepared_spans
 from rlcore.policy.loading import encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
     Merged,
@@ -188,8 +189,8 @@ class HFPolicy:
         these (prompt, system) pairs (other decoders keep nothing: no prompt is encoded)."""
         if self.decoders.graphs is None:
             return
-        widest = max((len(self.encode_prompt(p, system)) for p, system in prompts), default=1)
-        self.decoders.prepare(rows, widest + max_new_tokens)
+        widths = [len(self.encode_prompt(p, system)) for p, system in prompts]
+        self.decoders.prepare(rows, prepared_spans(widths, max_new_tokens))
 
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0

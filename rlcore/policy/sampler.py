@@ -227,7 +227,7 @@ class ChunkedSampler:
             u = torch.tensor(self.draws.chunk(starts, n), dtype=torch.float64,
                              device=self.done_rows.device)  # [B, n]
         toks, logps, live, versions = [], [], [], []
-        contexts: list[int] = []  # the decoder's context at each forward
+        works: list[tuple[int, int]] = []  # rows and columns of each forward's step
         dev = self.done_rows.device
         watch = FinishWatch(FINISH_LAG.get(dev.type, 0), dev)
         pad = torch.full_like(self.done_rows, self.policy.pad_id, dtype=torch.long)
@@ -248,15 +248,15 @@ class ChunkedSampler:
                 break
             self.next_logits = self.decoder.forward()
             self.logits_version = self.version
-            contexts.append(self.decoder.context)
+            works.append(self.decoder.work())
         sampled, steps = self._record(toks, logps, live, versions)
         if steps is not None:  # every row finished at this step: no forward after it
             self.steps -= len(toks) - steps  # those run past it, if seen late, are dropped
-            contexts = contexts[:steps - 1]
+            works = works[:steps - 1]
         else:
             steps = len(toks)
-        self.clock.charge(Decode(steps=steps, rows=self.rows * len(contexts),
-                                 row_context=self.rows * sum(contexts)))
+        self.clock.charge(Decode(steps=steps, rows=sum(r for r, _ in works),
+                                 row_context=sum(r * c for r, c in works)))
         return sampled
 
     def _record(self, toks: list[torch.Tensor], logps: list[torch.Tensor],
