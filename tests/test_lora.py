@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,34 @@ class TestTraining:
         assert trainer.base_digest() == rollout.base_digest()
         full = HFPolicy(cfg.model, config_from_dict(small_config(tiny_model_dir)).train)
         assert rollout.base_digest() == full.base_digest()
+
+    def test_one_base_digest_whatever_dtype_a_role_holds(self, tiny_model_dir: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+        from rlcore.policy import hf_policy
+
+        # what a GPU under model.dtype fp16 resolves: the rollout holds its weights in fp16
+        monkeypatch.setattr(hf_policy, "sampling_dtype", lambda cfg, dev: torch.float16)
+        cfg = lora_config(tiny_model_dir)
+        trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        assert {p.dtype for p in rollout.model.parameters()} >= {torch.float16}
+        assert trainer.base_digest() == rollout.base_digest()
+        assert rollout.base is not None and rollout.base.dtype == "float32"
+        assert rollout.base.files == ("model.safetensors",)
+
+    def test_a_differing_base_says_what_differs(self):
+        here = lora.BaseId("sha256:1", "float32", ("model.safetensors",))
+        saved = {"base_digest": "sha256:1", "base_dtype": "float32",
+                 "base_files": ["model.safetensors"]}
+        assert here.differs(saved) is None
+        for change, said in [({"base_dtype": "float16"}, "of float16 weights, this one of "
+                                                          "float32"),
+                             ({"base_files": ["a.safetensors"]}, r"weight files \['a."),
+                             ({}, "same names, but their weights differ"),
+                             ({"base_dtype": None}, "records neither the dtype")]:
+            other = {k: v for k, v in {**saved, "base_digest": "sha256:2", **change}.items()
+                     if v is not None}
+            assert re.search(said, here.differs(other) or ""), (change, here.differs(other))
 
     def test_the_rollout_merges_what_it_loads(self, tiny_model_dir: Path):
         cfg = lora_config(tiny_model_dir)
@@ -270,7 +299,7 @@ class TestModes:
         saved, base = lora.read_adapter(run / "policy")
         assert state_digest(saved) == summary["reproducibility"]["state_digest"]
         rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
-        assert base == rollout.base_digest()
+        assert base["base_digest"] == rollout.base_digest()
         assert {u["version"] for u in read_jsonl(run / "updates.jsonl")} == {1, 2, 3, 4}
 
     def test_eval_scores_the_adapter_on_its_base(self, lora_runs: dict[str, Path],
@@ -284,14 +313,30 @@ class TestModes:
 
     def test_eval_refuses_an_adapter_on_another_base(self, lora_runs: dict[str, Path],
                                                      tmp_path: Path):
-        run = lora_runs["sync"]
+        run = tmp_path / "sync"
+        shutil.copytree(lora_runs["sync"], run)
         meta = json.loads((run / "policy" / lora.BASE_FILE).read_text())
         meta["base_digest"] = "sha256:" + "0" * 64
         (run / "policy" / lora.BASE_FILE).write_text(json.dumps(meta))
-        with pytest.raises(ConfigError, match="trained on a base model with digest"):
+        with pytest.raises(ConfigError, match="trained on a base model with digest.*their "
+                                              "weights differ"):
             from rlcore.evaluation import evaluate_run
 
             evaluate_run(run)
+
+    @pytest.mark.parametrize("mode", ["sync", "areal"])
+    def test_an_fp16_rollout_evaluates_the_runs_adapter(self, lora_runs: dict[str, Path],
+                                                        tmp_path: Path, mode: str,
+                                                        monkeypatch: pytest.MonkeyPatch):
+        from rlcore.evaluation import evaluate_run
+        from rlcore.policy import hf_policy
+
+        run = tmp_path / mode
+        shutil.copytree(lora_runs[mode], run)
+        # what a GPU under model.dtype fp16 resolves for the evaluating rollout
+        monkeypatch.setattr(hf_policy, "sampling_dtype", lambda cfg, dev: torch.float16)
+        result, _ = evaluate_run(run)
+        assert result["policy"] == "final"
 
     @pytest.mark.parametrize("mode", ["areal", "sync"])
     def test_a_lora_run_replays_bit_for_bit(self, lora_runs: dict[str, Path], tmp_path: Path,

@@ -28,12 +28,12 @@ from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.loading import encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
+    BaseId,
     Merged,
     adapter_params,
     dropout_draws,
     merge_elements,
     merged_copy,
-    peft_base_state,
     read_adapter,
     rollout_merged,
     save_adapter,
@@ -93,9 +93,13 @@ class HFPolicy:
         self.use_fp16 = model_cfg.dtype == "fp16" and self.device.type == "cuda"
         self.tokenizer = load_tokenizer(path)
         try:
-            self.model = load_model(path, model_cfg.attn_implementation).to(self.device)
+            model = load_model(path, model_cfg.attn_implementation)
         except (OSError, ValueError) as e:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
+        # train.lora: the base's identity, taken once of the weights as loaded (on CPU, before
+        # a role casts them to its sampling dtype), so every role's save and load agree on it
+        self.base = BaseId.of(model, path) if train_cfg.lora is not None else None
+        self.model = model.to(self.device)
         self.model.train(False)  # no dropout: sampling and recompute must agree
         self.model_cfg = model_cfg
         self.sampling_dtype = sampling_dtype(model_cfg, self.device)
@@ -350,12 +354,10 @@ class HFPolicy:
         return state_digest(self.export_state())
 
     def base_digest(self) -> str:
-        """`state_digest` of the base weights the adapters sit on (train.lora), or of every
-        weight."""
-        if self.merged is not None:
-            return state_digest(self.merged.base_state())
-        if self.lora is not None:
-            return state_digest(peft_base_state(self.model))
+        """`state_digest` of the base the adapters sit on, as loaded (train.lora), or of
+        every weight as held."""
+        if self.base is not None:
+            return self.base.digest
         return state_digest(dict(self.model.named_parameters()))
 
     def export_state(self) -> dict[str, torch.Tensor]:
@@ -373,20 +375,23 @@ class HFPolicy:
     def load_adapter(self, path: str | Path) -> None:
         """Load a saved adapter (`save` under train.lora), refusing one whose base is not
         this model's."""
-        adapter, base = read_adapter(Path(path))
-        if base != self.base_digest():
+        adapter, saved = read_adapter(Path(path))
+        assert self.base is not None, "an adapter loads into a train.lora policy"
+        differs = self.base.differs(saved)
+        if differs is not None:
             raise ConfigError(
-                f"the adapter in '{path}' was trained on a base model with digest {base}, "
-                f"but model.path '{self.model_cfg.path}' holds one with digest "
-                f"{self.base_digest()}: point model.path at the base the run trained on")
+                f"the adapter in '{path}' was trained on a base model with digest "
+                f"{saved.get('base_digest')}, but model.path '{self.model_cfg.path}' holds one "
+                f"with digest {self.base.digest}: {differs}")
         self.load_state(adapter)
 
     def save(self, out_dir: str | Path) -> None:
         """save_pretrained of model and tokenizer, loadable by from_pretrained; under
         train.lora the adapters alone, as PEFT saves them, with their base's digest."""
         if self.lora is not None:
+            assert self.base is not None
             save_adapter(Path(out_dir), self.state_tensors(), self.lora, self.targets,
-                         self.model_cfg.path, self.base_digest())
+                         self.model_cfg.path, self.base)
         else:
             self.model.save_pretrained(str(out_dir))
         self.tokenizer.save_pretrained(str(out_dir))

@@ -259,9 +259,50 @@ def peft_base_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
             for n, p in peft_model.named_parameters() if ".lora_" not in n}
 
 
+@dataclass(frozen=True)
+class BaseId:
+    """The base the adapters sit on: the digest of its weights as loaded, the dtype that
+    digest was taken in and the model directory's weight files (compared first, to say
+    which of them differs)."""
+
+    digest: str
+    dtype: str
+    files: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, model_dir: str | Path) -> BaseId:
+        """`model` as loaded from `model_dir`, before any role casts it: so every role, save
+        and load agrees on it whatever dtype a role then holds it in."""
+        from rlcore.policy.hf_policy import state_digest
+
+        state: dict[str, torch.Tensor] = dict(model.named_parameters())
+        dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in state.values()})
+        files = tuple(sorted(p.name for p in Path(model_dir).glob("*.safetensors")))
+        return cls(state_digest(state), "+".join(dtypes), files)
+
+    def differs(self, saved: Mapping[str, Any]) -> str | None:
+        """What differs between this base and one an adapter recorded; None if nothing."""
+        if saved.get("base_digest") == self.digest:
+            return None
+        dtype, files = saved.get("base_dtype"), saved.get("base_files")
+        if dtype is None or files is None:
+            return ("its digest differs, and it records neither the dtype nor the files it "
+                    "was taken of (an earlier rlcore hashed the base in the dtype the saving "
+                    "role held it in, fp16 in an fp16 rollout): retrain, or point model.path "
+                    "at the base the run trained on")
+        if dtype != self.dtype:
+            return (f"its digest was taken of {dtype} weights, this one of {self.dtype}: "
+                    "load the base in the dtype the run loaded it in")
+        if tuple(files) != self.files:
+            return (f"it was trained on weight files {list(files)}, and model.path holds "
+                    f"{list(self.files)}: point model.path at the base the run trained on")
+        return ("the weight files have the same names, but their weights differ: model.path "
+                "holds another checkpoint; point it at the base the run trained on")
+
+
 def save_adapter(out_dir: Path, adapter: Mapping[str, torch.Tensor], lora: LoraConfig,
-                 chosen: list[Target], base_path: str, base_digest: str) -> None:
-    """A PEFT adapter directory (weights and config), and the digest of the base it needs."""
+                 chosen: list[Target], base_path: str, base: BaseId) -> None:
+    """A PEFT adapter directory (weights and config), and the base it needs."""
     from safetensors.torch import save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -269,22 +310,24 @@ def save_adapter(out_dir: Path, adapter: Mapping[str, torch.Tensor], lora: LoraC
               str(out_dir / ADAPTER_WEIGHTS))
     peft_config(lora, chosen, base_path).save_pretrained(str(out_dir))
     (out_dir / BASE_FILE).write_text(json.dumps(
-        {"base_path": base_path, "base_digest": base_digest}, indent=2) + "\n")
+        {"base_path": base_path, "base_digest": base.digest, "base_dtype": base.dtype,
+         "base_files": list(base.files)}, indent=2) + "\n")
 
 
 def is_adapter_dir(path: Path) -> bool:
     return (path / ADAPTER_WEIGHTS).is_file() and (path / BASE_FILE).is_file()
 
 
-def read_adapter(path: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """A saved adapter's tensors and the digest of the base it was trained on."""
+def read_adapter(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A saved adapter's tensors and what it records of its base (`base_digest`, and from
+    this rlcore on `base_dtype` and `base_files`)."""
     from safetensors.torch import load_file
 
-    base = json.loads((path / BASE_FILE).read_text())["base_digest"]
+    base = json.loads((path / BASE_FILE).read_text())
     return load_file(str(path / ADAPTER_WEIGHTS)), base
 
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "Merged", "Target",
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "BaseId", "Merged", "Target",
            "adapter_params", "adapter_spec", "base_weights", "dropout_draws",
            "initial_adapter", "is_adapter_dir", "merge_elements", "merged_copy",
            "model_targets", "peft_base_state", "read_adapter", "rollout_merged", "save_adapter",
