@@ -29,13 +29,11 @@ from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.loading import encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
     BaseId,
-    Merged,
     adapter_params,
     dropout_draws,
     merge_elements,
-    merged_copy,
     read_adapter,
-    rollout_merged,
+    rollout_wrap,
     save_adapter,
     targets,
     wrap,
@@ -100,24 +98,27 @@ class HFPolicy:
         # a role casts them to its sampling dtype), so every role's save and load agree on it
         self.base = BaseId.of(model, path) if train_cfg.lora is not None else None
         self.model = model.to(self.device)
+        # what sampling runs: the plain model, whose targets a LoRA trainer's PEFT wrapper
+        # (`self.model` then) turns into LoRA layers in place
+        self.plain = self.model
         self.model.train(False)  # no dropout: sampling and recompute must agree
         self.model_cfg = model_cfg
         self.sampling_dtype = sampling_dtype(model_cfg, self.device)
         # A rollout never trains: its own weights take the sampling dtype. A trainer that
-        # samples (sync) gets a copy at its first sample.
-        self.sampling_copy: SamplingCopy | Merged | None = None
-        # train.lora: the adapted layers, the live adapters (what trains and what is handed
-        # over) and, in a rollout, its target weights merged from them
+        # samples (sync) gets a copy at its first sample where that dtype is not its own.
+        self.sampling_copy: SamplingCopy | None = None
+        # train.lora: the adapted layers and the live adapters (what trains, what is handed
+        # over, and what every forward applies unmerged over the frozen base)
         self.lora = train_cfg.lora
         self.targets = targets(self.model, self.lora) if self.lora is not None else []
         self.merge_params = merge_elements(self.targets)
         self.adapter: dict[str, torch.Tensor] | None = None
-        self.merged: Merged | None = None
         if role == "rollout":
-            hold(self.model, self.sampling_dtype)
             if self.lora is not None:
-                self.merged = rollout_merged(self.model, self.lora, self.targets, self.device)
-                self.adapter = self.merged.adapter
+                self.adapter = rollout_wrap(self.model, self.lora, self.targets,
+                                            self.sampling_dtype)
+            else:
+                hold(self.model, self.sampling_dtype)
         resolve_decode(model_cfg.decode, self.model)  # a bad model.decode fails here, not later
         self._decoders: Decoders | None = None
         self.chat = model_cfg.prompt_format == "chat"
@@ -170,13 +171,8 @@ class HFPolicy:
     def decoders(self) -> Decoders:
         """The decoders over the weights sampling reads (`model.rollout_weights`)."""
         if self._decoders is None:
-            model = self.model
-            if self.lora is not None and self.merged is None:  # a trainer that samples (sync)
-                assert self.adapter is not None
-                self.sampling_copy = merged_copy(self.model, self.lora, self.targets,
-                                                 self.adapter, self.sampling_dtype)
-                model = self.sampling_copy.model
-            elif next(model.parameters()).dtype != self.sampling_dtype:
+            model = self.plain
+            if next(model.parameters()).dtype != self.sampling_dtype:
                 self.sampling_copy = SamplingCopy(model, self.sampling_dtype)
                 model = self.sampling_copy.model
             self._decoders = Decoders(model, self.model_cfg.decode, self.autocast)
@@ -284,8 +280,9 @@ class HFPolicy:
         lora = self.lora is not None
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, parts, prox_all, temperature=temperature, current_version=current_version))
-        if lora and self.sampling_copy is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
-            clock.compute(Merge(self.merge_params), self.state_loaded)  # sync samples next
+        if lora and self._decoders is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
+            # sync samples next: the clock prices a version's arrival at the sampling weights
+            clock.compute(Merge(self.merge_params), self.state_loaded)
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals
@@ -329,7 +326,7 @@ class HFPolicy:
                          applied))
         totals = step_means(done)
         if totals[SKIPPED_STEPS] < len(done):
-            if self.lora is None:  # under LoRA the merge is priced apart (`update`)
+            if self.lora is None:  # under LoRA the arrival is priced apart (`update`)
                 self.state_loaded()
         else:
             check_skip_streak(self.skipped_in_a_row, self.scaler)
@@ -345,9 +342,8 @@ class HFPolicy:
 
     def state_loaded(self) -> None:
         """After the trainable state changed: bring the sampling weights up to it."""
-        for follower in (self.merged, self.sampling_copy):
-            if follower is not None:
-                follower.refresh()
+        if self.sampling_copy is not None:
+            self.sampling_copy.refresh()
 
     def state_digest(self) -> str:
         """`state_digest` of this policy's trainable tensors."""
