@@ -127,8 +127,8 @@ class TestTraining:
         rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
         assert {p.dtype for p in rollout.model.parameters()} >= {torch.float16}
         assert trainer.base_digest() == rollout.base_digest()
-        assert rollout.base is not None and rollout.base.dtype == "float32"
-        assert rollout.base.files == ("model.safetensors",)
+        assert rollout.base_id().dtype == "float32"
+        assert rollout.base_id().files == ("model.safetensors",)
 
     def test_a_differing_base_says_what_differs(self):
         here = lora.BaseId("sha256:1", "float32", ("model.safetensors",))

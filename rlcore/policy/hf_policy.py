@@ -26,12 +26,13 @@ from rlcore.clock.work import Merge, Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
-from rlcore.policy.loading import encode_prompt, load_model, load_tokenizer
+from rlcore.policy.loading import LOAD_DTYPE, encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
     BaseId,
     adapter_params,
     dropout_draws,
     merge_elements,
+    peft_base_state,
     read_adapter,
     rollout_wrap,
     save_adapter,
@@ -91,13 +92,10 @@ class HFPolicy:
         self.use_fp16 = model_cfg.dtype == "fp16" and self.device.type == "cuda"
         self.tokenizer = load_tokenizer(path)
         try:
-            model = load_model(path, model_cfg.attn_implementation)
+            self.model = load_model(path, model_cfg.attn_implementation).to(self.device)
         except (OSError, ValueError) as e:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
-        # train.lora: the base's identity, taken once of the weights as loaded (on CPU, before
-        # a role casts them to its sampling dtype), so every role's save and load agree on it
-        self.base = BaseId.of(model, path) if train_cfg.lora is not None else None
-        self.model = model.to(self.device)
+        self._base: BaseId | None = None  # train.lora's base, taken at its first need
         # what sampling runs: the plain model, whose targets a LoRA trainer's PEFT wrapper
         # (`self.model` then) turns into LoRA layers in place
         self.plain = self.model
@@ -349,11 +347,22 @@ class HFPolicy:
         """`state_digest` of this policy's trainable tensors."""
         return state_digest(self.export_state())
 
+    def base_id(self) -> BaseId:
+        """The base the adapters sit on (train.lora), as loaded whatever dtype this role
+        holds it in; taken once, at its first need (a save or an adapter's load)."""
+        if self._base is None:
+            path = self.model_cfg.path
+            held = peft_base_state(self.model)
+            # a rollout that holds its base in fp16 hashes a fresh load instead (on CPU)
+            as_loaded = all(t.dtype == LOAD_DTYPE for t in held.values())
+            self._base = BaseId.of(self.model if as_loaded else load_model(path), path)
+        return self._base
+
     def base_digest(self) -> str:
         """`state_digest` of the base the adapters sit on, as loaded (train.lora), or of
         every weight as held."""
-        if self.base is not None:
-            return self.base.digest
+        if self.lora is not None:
+            return self.base_id().digest
         return state_digest(dict(self.model.named_parameters()))
 
     def export_state(self) -> dict[str, torch.Tensor]:
@@ -372,22 +381,21 @@ class HFPolicy:
         """Load a saved adapter (`save` under train.lora), refusing one whose base is not
         this model's."""
         adapter, saved = read_adapter(Path(path))
-        assert self.base is not None, "an adapter loads into a train.lora policy"
-        differs = self.base.differs(saved)
+        base = self.base_id()
+        differs = base.differs(saved)
         if differs is not None:
             raise ConfigError(
                 f"the adapter in '{path}' was trained on a base model with digest "
                 f"{saved.get('base_digest')}, but model.path '{self.model_cfg.path}' holds one "
-                f"with digest {self.base.digest}: {differs}")
+                f"with digest {base.digest}: {differs}")
         self.load_state(adapter)
 
     def save(self, out_dir: str | Path) -> None:
         """save_pretrained of model and tokenizer, loadable by from_pretrained; under
         train.lora the adapters alone, as PEFT saves them, with their base's digest."""
         if self.lora is not None:
-            assert self.base is not None
             save_adapter(Path(out_dir), self.state_tensors(), self.lora, self.targets,
-                         self.model_cfg.path, self.base)
+                         self.model_cfg.path, self.base_id())
         else:
             self.model.save_pretrained(str(out_dir))
         self.tokenizer.save_pretrained(str(out_dir))

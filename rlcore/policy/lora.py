@@ -201,7 +201,8 @@ def rollout_wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target],
 
 
 def peft_base_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The frozen base of a PEFT model by the plain model's parameter names."""
+    """The frozen base of a model, PEFT-wrapped or not, by the plain model's parameter
+    names."""
     return {n.removeprefix(PREFIX).replace(".base_layer.", "."): p
             for n, p in peft_model.named_parameters() if ".lora_" not in n}
 
@@ -218,11 +219,11 @@ class BaseId:
 
     @classmethod
     def of(cls, model: torch.nn.Module, model_dir: str | Path) -> BaseId:
-        """`model` as loaded from `model_dir`, before any role casts it: so every role, save
-        and load agrees on it whatever dtype a role then holds it in."""
+        """The base of `model` (PEFT-wrapped or not) as loaded from `model_dir`: uncast, so
+        every role, save and load agrees on it whatever dtype a role holds it in."""
         from rlcore.policy.hf_policy import state_digest
 
-        state: dict[str, torch.Tensor] = dict(model.named_parameters())
+        state = peft_base_state(model)
         dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in state.values()})
         files = tuple(sorted(p.name for p in Path(model_dir).glob("*.safetensors")))
         return cls(state_digest(state), "+".join(dtypes), files)
