@@ -158,6 +158,64 @@ class TestFixedShapeStep:
         assert torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], outs[1])
 
 
+def adapted(model: Qwen2ForCausalLM, dtype: torch.dtype = torch.float32
+            ) -> dict[str, torch.Tensor]:
+    """`model` with LoRA on every target as a rollout holds it (base in `dtype`, adapters
+    fp32), B drawn nonzero; its live adapters."""
+    from rlcore.config import LoraConfig
+    from rlcore.policy import lora
+
+    cfg = LoraConfig(rank=4)
+    model.name_or_path = "qwen2-test"  # PEFT records it as the adapters' base
+    adapter = lora.rollout_wrap(model, cfg, lora.targets(model, cfg), dtype)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, t in adapter.items():
+            if ".lora_B." in name:
+                t.copy_(0.05 * torch.randn(t.shape, generator=g))
+    return adapter
+
+
+class TestAdaptersUnmerged:
+    """Under train.lora the static and fixed-shape steps apply the adapters unmerged, as
+    PEFT's forward does, and read each version's adapters where its load wrote them."""
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+    def test_logits_bit_for_bit_and_loads_seen_in_place(self, dtype: torch.dtype):
+        model = qwen2(4, 2)
+        adapter = adapted(model, dtype)
+        decoders = both(model, [3, 7, 5], steps=12)
+        assert torch.equal(decoders[0].refill(), decoders[1].refill())
+        tok = torch.tensor([5, 6, 7])
+        advance(decoders, tok)
+        with torch.no_grad():  # a new version's adapters, loaded in place
+            before = decoders[1].forward()
+            for t in adapter.values():
+                t.add_(0.05 * torch.randn_like(t))
+        advance(decoders, tok)
+        assert not torch.equal(decoders[1].forward(), before)
+        assert torch.equal(decoders[0].refill(), decoders[1].refill())
+        advance(decoders, tok)
+
+    def test_the_fixed_shape_step_agrees_and_reads_new_adapters(self):
+        model = qwen2(4, 2)
+        adapter = adapted(model)
+        ids, mask = batch([3, 7, 5])
+        kw = cache_keyword(model)
+        ref = HFDecoder(model, ids.clone(), mask.clone(), contextlib.nullcontext, kw)
+        pool = GraphPool(model, contextlib.nullcontext, kw, capture=False)
+        fixed = GraphDecoder(pool, ids, mask, kw, 8)
+        assert torch.equal(ref.refill(), fixed.refill())
+        with torch.no_grad():
+            for step, tok in enumerate(([7, 8, 9], [10, 11, 12], [13, 14, 15])):
+                if step == 1:
+                    for t in adapter.values():
+                        t.mul_(-1.5)
+                ref.append(torch.tensor(tok))
+                fixed.append(torch.tensor(tok))
+                assert (ref.forward() - fixed.forward()).abs().max().item() < 1e-5
+
+
 class TestResolve:
     def test_auto_is_static_on_cpu_for_qwen2_under_sdpa_and_hf_otherwise(self):
         assert resolve_decode("auto", qwen2(4, 2)) == "static"

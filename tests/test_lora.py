@@ -1,11 +1,12 @@
-"""train.lora: config checks, what trains, the merge sampling sees, delivery checked on
-arrival, and a LoRA run in every mode, evaluated and replayed."""
+"""train.lora: config checks, what trains, the adapters sampling applies unmerged, delivery
+checked on arrival, and a LoRA run in every mode, evaluated and replayed."""
 
 from __future__ import annotations
 
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rlcore.cli import main
 from rlcore.config import ConfigError, LoraConfig, RunConfig, config_from_dict
 from rlcore.errors import DeliveryFailed, WorkerFailed
 from rlcore.policy import lora
+from rlcore.policy.decode_step import Weights
 from rlcore.policy.hf_policy import HFPolicy, state_digest
 from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.rundir import read_jsonl, validate_summary
@@ -114,27 +116,61 @@ class TestTraining:
         full = HFPolicy(cfg.model, config_from_dict(small_config(tiny_model_dir)).train)
         assert rollout.base_digest() == full.base_digest()
 
-    def test_the_rollout_merges_what_it_loads(self, tiny_model_dir: Path):
+    def test_one_base_digest_whatever_dtype_a_role_holds(self, tiny_model_dir: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+        from rlcore.policy import hf_policy
+
+        # what a GPU under model.dtype fp16 resolves: the rollout holds its weights in fp16
+        monkeypatch.setattr(hf_policy, "sampling_dtype", lambda cfg, dev: torch.float16)
+        cfg = lora_config(tiny_model_dir)
+        trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        assert {p.dtype for p in rollout.model.parameters()} >= {torch.float16}
+        assert trainer.base_digest() == rollout.base_digest()
+        assert rollout.base_id().dtype == "float32"
+        assert rollout.base_id().files == ("model.safetensors",)
+
+    def test_a_differing_base_says_what_differs(self):
+        here = lora.BaseId("sha256:1", "float32", ("model.safetensors",))
+        saved = {"base_digest": "sha256:1", "base_dtype": "float32",
+                 "base_files": ["model.safetensors"]}
+        assert here.differs(saved) is None
+        for change, said in [({"base_dtype": "float16"}, "of float16 weights, this one of "
+                                                          "float32"),
+                             ({"base_files": ["a.safetensors"]}, r"weight files \['a."),
+                             ({}, "same names, but their weights differ"),
+                             ({"base_dtype": None}, "records neither the dtype")]:
+            other = {k: v for k, v in {**saved, "base_digest": "sha256:2", **change}.items()
+                     if v is not None}
+            assert re.search(said, here.differs(other) or ""), (change, here.differs(other))
+
+    def test_the_rollout_applies_what_it_loads_unmerged(self, tiny_model_dir: Path):
         cfg = lora_config(tiny_model_dir)
         trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
         for seed in range(2):
             trainer.update(batch_of(trainer, seed=seed), temperature=1.0, current_version=seed)
         rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
-        base = rollout.merged.base_state() if rollout.merged else {}
+        base = {n: p.detach().clone() for n, p in rollout.model.named_parameters()}
+        step = Weights.of(rollout.model)
         rollout.load_state(trainer.export_state())
         assert rollout.state_digest() == trainer.state_digest()
-        s = lora.scale(cfg.train.lora)
-        for t in rollout.targets:
-            a, b = (rollout.state_tensors()[n] for n in (t.a_name, t.b_name))
-            expected = base[f"{t.path}.weight"] + s * b @ a  # by hand
-            assert torch.allclose(lora.weight(rollout.model, t.path), expected, atol=1e-6)
-        # the rollout samples with the merge; the trainer recomputes unmerged: they agree
+        # the base is untouched, and the decode step reads the loaded adapters in place
+        assert all(torch.equal(p, base[n]) for n, p in rollout.model.named_parameters()
+                   if ".lora_" not in n)
+        live = {t.data_ptr() for t in rollout.state_tensors().values()}
+        ads = [ad for layer in step.layers for ad in (layer.q_ad, layer.k_ad, layer.v_ad,
+                                                      layer.o_ad, layer.gate_ad, layer.up_ad,
+                                                      layer.down_ad)]
+        assert all(ad is not None for ad in ads)
+        assert {t.data_ptr() for ad in ads if ad is not None for t in (ad.a, ad.b)} == live
+        # the rollout samples unmerged; the trainer recomputes with PEFT's forward: they agree
         # to rounding
         batch = batch_of(rollout, seed=5)
         recomputed = trainer.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
         gap = max(abs(x - y) for r, q in zip(batch.behav_logprobs, recomputed, strict=True)
                   for x, y in zip(r, q, strict=True))
-        assert gap < 1e-4
+        print(f"largest |log-prob rollout - trainer| under LoRA, fp32: {gap:.3g}")
+        assert gap < 1e-5
 
     def test_dropout_draws_are_keyed_by_the_update(self, tiny_model_dir: Path):
         cfg = lora_config(tiny_model_dir, dropout=0.5)
@@ -162,6 +198,105 @@ class TestTraining:
         assert states[0.0] != states[0.5]
 
 
+class TestUnmerged:
+    """Sampling applies the adapters unmerged (decode_step.py::linear, PEFT's forward), so an
+    update below half an ulp of an fp16 base is not rounded away."""
+
+    def test_an_update_below_half_an_fp16_ulp_reaches_the_output(self):
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import get_peft_model
+
+        from rlcore.policy.decode_step import Adapter, linear
+
+        n, rank, s = 64, 8, 4.0
+        w0 = torch.full((n, n), 0.03, dtype=torch.float16)  # as an fp16 rollout holds it
+        a, b = torch.full((rank, n), 0.01), torch.full((n, rank), 1e-5)
+        update = s * b @ a  # 3.2e-6 per entry: under half an ulp of 0.03 in fp16 (7.6e-6)
+        assert torch.equal((w0.float() + update).half(), w0)  # merged, it would be lost
+        h = torch.linspace(-1, 2, n, dtype=torch.float16)[None]  # [1, 64]
+        # a bias that cancels the base's product (q_proj has one), so the output is at the
+        # update's scale, where fp16 resolves it
+        bias = -(h.float() @ w0.float().T)[0].half()
+        base = linear(h, w0, bias, None)
+        out = linear(h, w0, bias, Adapter(a, b, s))
+        expected = (h.float() @ update.T)[0]  # scale * B @ A @ h
+        assert out.dtype == torch.float16 and expected.abs().min() > 1e-4
+        assert ((out.float() - base.float())[0] / expected - 1).abs().max() < 0.5
+        # op for op PEFT's forward over the same fp16 base and fp32 adapters
+        layer = torch.nn.Linear(n, n, dtype=torch.float16)
+        with torch.no_grad():
+            layer.weight.copy_(w0)
+            layer.bias.copy_(bias)
+        peft_model = get_peft_model(torch.nn.Sequential(layer), PeftLoraConfig(
+            r=rank, lora_alpha=int(s * rank), target_modules=["0"]))
+        peft_layer = peft_model.base_model.model[0]
+        with torch.no_grad():
+            peft_layer.lora_A["default"].weight.copy_(a)
+            peft_layer.lora_B["default"].weight.copy_(b)
+            assert peft_layer.lora_A["default"].weight.dtype == torch.float32
+            assert torch.equal(peft_layer(h), out)
+
+    def test_an_fp16_rollouts_targets_compute_as_the_trainers_under_autocast(
+            self, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch):
+        from rlcore.policy import hf_policy
+
+        cfg = lora_config(tiny_model_dir)
+        trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
+        for seed in range(2):
+            trainer.update(batch_of(trainer, seed=seed), temperature=1.0, current_version=seed)
+        monkeypatch.setattr(hf_policy, "sampling_dtype", lambda cfg, dev: torch.float16)
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        rollout.load_state(trainer.export_state())
+        gen = torch.Generator().manual_seed(0)
+        worst = 0.0
+        for t in rollout.targets:
+            h = torch.randn(64, t.in_features, generator=gen).half()
+            with torch.no_grad():
+                mine = rollout.model.get_submodule(t.path)(h).double()
+                # the trainer's forward as on a GPU under model.dtype fp16: fp32 weights under
+                # fp16 autocast (the CPU's)
+                with torch.autocast("cpu", dtype=torch.float16):
+                    layer = trainer.model.get_submodule(lora.PREFIX + t.path)
+                    theirs = layer(h.float()).double()
+            worst = max(worst, ((mine - theirs).abs().mean() / theirs.abs().mean()).item())
+        # merged into fp16 weights they differ by about 3e-4: the merge's own rounding
+        print(f"fp16 rollout's targets vs the trainer's under autocast: {worst:.2g} relative")
+        assert worst < 5e-5
+
+    def test_an_fp16_rollout_samples_the_trainers_adapters(self, tiny_model_dir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch):
+        from rlcore.policy import hf_policy
+
+        cfg = lora_config(tiny_model_dir)
+        trainer = HFPolicy(cfg.model, cfg.train, role="trainer")
+        # what a GPU under fp16 resolves: on CPU the rollout then computes in fp16 throughout
+        monkeypatch.setattr(hf_policy, "sampling_dtype", lambda cfg, dev: torch.float16)
+        rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
+        assert rollout.decoders.kind == "static"
+        gen = torch.Generator().manual_seed(0)
+        state = trainer.export_state()
+        for name in state:  # an update the log-probabilities show well above fp16's rounding
+            if ".lora_B." in name:
+                state[name] = 3e-3 * torch.randn(state[name].shape, generator=gen)
+        batch = batch_of(trainer, rows=8, seed=5)
+        base = trainer.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
+        trainer.load_state(state)
+        rollout.load_state(state)
+        sampled = batch_of(rollout, rows=8, seed=5)
+        recomputed = trainer.recompute_logprobs(sampled.prompt_ids, sampled.response_ids, 1.0)
+
+        def gap(x: list[list[float]], y: list[list[float]]) -> float:
+            return max(abs(p - q) for r, s in zip(x, y, strict=True)
+                       for p, q in zip(r, s, strict=True))
+
+        moved = gap(trainer.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0),
+                    base)
+        behind = gap(sampled.behav_logprobs, recomputed)
+        print(f"fp16 rollout vs fp32 trainer under LoRA: largest |log-prob gap| {behind:.3g}, "
+              f"against {moved:.3g} that the update moved them")
+        assert behind < moved / 4
+
+
 # --- delivery ------------------------------------------------------------------------------
 def withhold_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every rollout policy's loads land in a copy: its sampling weights never change."""
@@ -169,7 +304,7 @@ def withhold_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def withheld(self: HFPolicy) -> dict[str, torch.Tensor]:
         state = live(self)
-        return {n: t.clone() for n, t in state.items()} if self.merged else state
+        return {n: t.clone() for n, t in state.items()} if self.optimizer is None else state
 
     monkeypatch.setattr(HFPolicy, "state_tensors", withheld)
 
@@ -270,7 +405,7 @@ class TestModes:
         saved, base = lora.read_adapter(run / "policy")
         assert state_digest(saved) == summary["reproducibility"]["state_digest"]
         rollout = HFPolicy(cfg.model, cfg.train, role="rollout")
-        assert base == rollout.base_digest()
+        assert base["base_digest"] == rollout.base_digest()
         assert {u["version"] for u in read_jsonl(run / "updates.jsonl")} == {1, 2, 3, 4}
 
     def test_eval_scores_the_adapter_on_its_base(self, lora_runs: dict[str, Path],
@@ -284,14 +419,30 @@ class TestModes:
 
     def test_eval_refuses_an_adapter_on_another_base(self, lora_runs: dict[str, Path],
                                                      tmp_path: Path):
-        run = lora_runs["sync"]
+        run = tmp_path / "sync"
+        shutil.copytree(lora_runs["sync"], run)
         meta = json.loads((run / "policy" / lora.BASE_FILE).read_text())
         meta["base_digest"] = "sha256:" + "0" * 64
         (run / "policy" / lora.BASE_FILE).write_text(json.dumps(meta))
-        with pytest.raises(ConfigError, match="trained on a base model with digest"):
+        with pytest.raises(ConfigError, match="trained on a base model with digest.*their "
+                                              "weights differ"):
             from rlcore.evaluation import evaluate_run
 
             evaluate_run(run)
+
+    @pytest.mark.parametrize("mode", ["sync", "areal"])
+    def test_an_fp16_rollout_evaluates_the_runs_adapter(self, lora_runs: dict[str, Path],
+                                                        tmp_path: Path, mode: str,
+                                                        monkeypatch: pytest.MonkeyPatch):
+        from rlcore.evaluation import evaluate_run
+        from rlcore.policy import hf_policy
+
+        run = tmp_path / mode
+        shutil.copytree(lora_runs[mode], run)
+        # what a GPU under model.dtype fp16 resolves for the evaluating rollout
+        monkeypatch.setattr(hf_policy, "sampling_dtype", lambda cfg, dev: torch.float16)
+        result, _ = evaluate_run(run)
+        assert result["policy"] == "final"
 
     @pytest.mark.parametrize("mode", ["areal", "sync"])
     def test_a_lora_run_replays_bit_for_bit(self, lora_runs: dict[str, Path], tmp_path: Path,

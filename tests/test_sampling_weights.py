@@ -86,3 +86,24 @@ def test_a_trainer_that_samples_refreshes_its_copy_after_each_update(tiny_model_
                                                               strict=True))
     for mine, theirs in zip(policy.model.parameters(), copy.model.parameters(), strict=True):
         assert torch.equal(theirs.detach(), mine.detach().to(torch.bfloat16))
+
+
+def test_a_lora_trainers_copy_keeps_fp32_adapters_and_follows_them(tiny_model_dir: Path):
+    cfg = config_from_dict(small_config(tiny_model_dir, train={"lora": {"rank": 4}}))
+    policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+    policy.sampling_dtype = torch.bfloat16
+    prompts = [policy.encode_prompt(p) for p in ("1+2=", "13+27=", "9+9=", "4+5=")]
+    gens = policy.generate(prompts, max_new_tokens=4, temperature=1.0, chunk_tokens=2,
+                           draws=Draws(0, [(i, 0) for i in range(len(prompts))]))
+    copy = policy.sampling_copy
+    assert copy is not None and policy.decoders.model is copy.model
+    held = dict(copy.model.named_parameters())
+    assert {n for n, p in held.items() if p.dtype == torch.float32} == \
+        {n for n in held if ".lora_" in n} != set()
+    batch = TrainBatch(prompts, [g.response_ids for g in gens], [g.logprobs for g in gens],
+                       [[0] * len(g.response_ids) for g in gens], [1.0, -1.0, 0.5, -0.5])
+    policy.update(batch, temperature=1.0, current_version=0)
+    live = dict(policy.plain.named_parameters())
+    moved = [n for n in held if ".lora_B." in n and bool(live[n].detach().any())]
+    assert moved and all(torch.equal(held[n].detach(), live[n].detach()) for n in held
+                         if ".lora_" in n)

@@ -208,8 +208,9 @@ def time_updates(cfg: RunConfig, reps: int) -> Fit:
 
 
 def time_merges(cfg: RunConfig, reps: int) -> Fit:
-    """A LoRA rollout's merge (calls, target elements) on the rollout device, for a few sets
-    of targets; cfg's train.lora gives the rank."""
+    """A LoRA rollout's work as a version arrives (`state_loaded`: calls, target elements) on
+    the rollout device, for a few sets of targets; cfg's train.lora gives the rank. The
+    adapters are applied unmerged, so this is what `Merge` is priced by now."""
     lora = lora_of(cfg).train.lora
     assert lora is not None
     device = resolve_device(cfg.model.rollout_device, "rollout")

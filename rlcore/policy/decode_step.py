@@ -37,8 +37,48 @@ def keeps_logits(model: torch.nn.Module) -> bool:
 
 
 @dataclass(frozen=True)
+class Adapter:
+    """A LoRA target's adapters as PEFT holds them in the model (the live tensors, which each
+    version's load overwrites in place: a captured step reads them by address): A [rank, in],
+    B [out, rank], and alpha / rank."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    scale: float
+
+    @classmethod
+    def of(cls, module: torch.nn.Module) -> Adapter | None:
+        """The adapters of a PEFT LoRA layer (its one adapter, PEFT's `default`); None for a
+        plain linear layer."""
+        lora_a: Any = getattr(module, "lora_A", None)
+        if not lora_a:
+            return None
+        (name,) = lora_a.keys()
+        lora_b: Any = module.lora_B
+        scaling: Any = module.scaling
+        return cls(lora_a[name].weight, lora_b[name].weight, float(scaling[name]))
+
+
+def linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           adapter: Adapter | None) -> torch.Tensor:
+    """A linear layer, plus its adapters' product unmerged where it has them, op for op as
+    PEFT's LoRA forward computes it.
+
+    A and B stay in fp32 (the weight slots' dtype, as PEFT keeps them over an fp16 base), and
+    the input is cast to it, as PEFT casts it: under fp16 autocast the two rank-r products then
+    run in fp16, as in the trainer's forward; off autocast in fp32, added to the base's output
+    and rounded to its dtype once. A small update is never rounded onto the base's grid."""
+    out = F.linear(h, weight, bias)
+    if adapter is None:
+        return out
+    x = h if h.dtype == adapter.a.dtype else h.to(adapter.a.dtype)
+    return (out + F.linear(F.linear(x, adapter.a), adapter.b) * adapter.scale).to(out.dtype)
+
+
+@dataclass(frozen=True)
 class Layer:
-    """One decoder layer's parameters (the model's own tensors, not copies)."""
+    """One decoder layer's parameters (the model's own tensors, not copies), and the
+    adapters of those of its linear layers that `train.lora` targets."""
 
     norm1: torch.Tensor
     eps1: float
@@ -54,6 +94,13 @@ class Layer:
     gate_w: torch.Tensor
     up_w: torch.Tensor
     down_w: torch.Tensor
+    q_ad: Adapter | None = None
+    k_ad: Adapter | None = None
+    v_ad: Adapter | None = None
+    o_ad: Adapter | None = None
+    gate_ad: Adapter | None = None
+    up_ad: Adapter | None = None
+    down_ad: Adapter | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +124,7 @@ class Weights:
     def of(cls, model: Any) -> Weights:
         base = model.model
         attn = base.layers[0].self_attn
+        # a PEFT LoRA layer's weight and bias are its base layer's
         layers = tuple(Layer(
             layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
             layer.self_attn.q_proj.weight, layer.self_attn.q_proj.bias,
@@ -86,6 +134,10 @@ class Weights:
             layer.post_attention_layernorm.weight,
             layer.post_attention_layernorm.variance_epsilon,
             layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight,
+            *(Adapter.of(m) for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                      layer.self_attn.v_proj, layer.self_attn.o_proj,
+                                      layer.mlp.gate_proj, layer.mlp.up_proj,
+                                      layer.mlp.down_proj)),
         ) for layer in base.layers)
         cfg = model.config
         return cls(base.embed_tokens.weight, base.padding_idx, layers, base.norm.weight,
@@ -137,9 +189,9 @@ def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
     groups = w.heads // w.kv_heads
     for i, layer in enumerate(w.layers):
         h = rms_norm(x, layer.norm1, layer.eps1)
-        q = F.linear(h, layer.q_w, layer.q_b).view(b, w.heads, 1, d)
-        k = F.linear(h, layer.k_w, layer.k_b).view(b, w.kv_heads, 1, d)
-        v = F.linear(h, layer.v_w, layer.v_b).view(b, w.kv_heads, 1, d)
+        q = linear(h, layer.q_w, layer.q_b, layer.q_ad).view(b, w.heads, 1, d)
+        k = linear(h, layer.k_w, layer.k_b, layer.k_ad).view(b, w.kv_heads, 1, d)
+        v = linear(h, layer.v_w, layer.v_b, layer.v_ad).view(b, w.kv_heads, 1, d)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if isinstance(t, torch.Tensor):
             # index_copy_ does not cast, as the eager path's slice assignment does: under
@@ -160,10 +212,11 @@ def decode_step(w: Weights, tok: torch.Tensor, pos: torch.Tensor,
                 q = q.view(b, w.kv_heads, groups, d)
             a = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, dropout_p=0.0,
                                                scale=w.scaling, is_causal=False)
-        x = x + F.linear(a.reshape(b, w.heads * d), layer.o_w)
+        x = x + linear(a.reshape(b, w.heads * d), layer.o_w, None, layer.o_ad)
         h = rms_norm(x, layer.norm2, layer.eps2)
-        x = x + F.linear(F.silu(F.linear(h, layer.gate_w)) * F.linear(h, layer.up_w),
-                         layer.down_w)
+        x = x + linear(F.silu(linear(h, layer.gate_w, None, layer.gate_ad))
+                       * linear(h, layer.up_w, None, layer.up_ad), layer.down_w, None,
+                       layer.down_ad)
     return F.linear(rms_norm(x, w.norm, w.norm_eps), w.head).view(b, 1, -1)
 
 

@@ -27,16 +27,15 @@ from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.graphs import prepared_spans
-from rlcore.policy.loading import encode_prompt, load_model, load_tokenizer
+from rlcore.policy.loading import LOAD_DTYPE, encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
-    Merged,
+    BaseId,
     adapter_params,
     dropout_draws,
     merge_elements,
-    merged_copy,
     peft_base_state,
     read_adapter,
-    rollout_merged,
+    rollout_wrap,
     save_adapter,
     targets,
     wrap,
@@ -97,24 +96,28 @@ class HFPolicy:
             self.model = load_model(path, model_cfg.attn_implementation).to(self.device)
         except (OSError, ValueError) as e:
             raise ConfigError(f"could not load the model in '{path}': {e}") from e
+        self._base: BaseId | None = None  # train.lora's base, taken at its first need
+        # what sampling runs: the plain model, whose targets a LoRA trainer's PEFT wrapper
+        # (`self.model` then) turns into LoRA layers in place
+        self.plain = self.model
         self.model.train(False)  # no dropout: sampling and recompute must agree
         self.model_cfg = model_cfg
         self.sampling_dtype = sampling_dtype(model_cfg, self.device)
         # A rollout never trains: its own weights take the sampling dtype. A trainer that
-        # samples (sync) gets a copy at its first sample.
-        self.sampling_copy: SamplingCopy | Merged | None = None
-        # train.lora: the adapted layers, the live adapters (what trains and what is handed
-        # over) and, in a rollout, its target weights merged from them
+        # samples (sync) gets a copy at its first sample where that dtype is not its own.
+        self.sampling_copy: SamplingCopy | None = None
+        # train.lora: the adapted layers and the live adapters (what trains, what is handed
+        # over, and what every forward applies unmerged over the frozen base)
         self.lora = train_cfg.lora
         self.targets = targets(self.model, self.lora) if self.lora is not None else []
         self.merge_params = merge_elements(self.targets)
         self.adapter: dict[str, torch.Tensor] | None = None
-        self.merged: Merged | None = None
         if role == "rollout":
-            hold(self.model, self.sampling_dtype)
             if self.lora is not None:
-                self.merged = rollout_merged(self.model, self.lora, self.targets, self.device)
-                self.adapter = self.merged.adapter
+                self.adapter = rollout_wrap(self.model, self.lora, self.targets,
+                                            self.sampling_dtype)
+            else:
+                hold(self.model, self.sampling_dtype)
         resolve_decode(model_cfg.decode, self.model)  # a bad model.decode fails here, not later
         self._decoders: Decoders | None = None
         self.chat = model_cfg.prompt_format == "chat"
@@ -167,13 +170,8 @@ class HFPolicy:
     def decoders(self) -> Decoders:
         """The decoders over the weights sampling reads (`model.rollout_weights`)."""
         if self._decoders is None:
-            model = self.model
-            if self.lora is not None and self.merged is None:  # a trainer that samples (sync)
-                assert self.adapter is not None
-                self.sampling_copy = merged_copy(self.model, self.lora, self.targets,
-                                                 self.adapter, self.sampling_dtype)
-                model = self.sampling_copy.model
-            elif next(model.parameters()).dtype != self.sampling_dtype:
+            model = self.plain
+            if next(model.parameters()).dtype != self.sampling_dtype:
                 self.sampling_copy = SamplingCopy(model, self.sampling_dtype)
                 model = self.sampling_copy.model
             self._decoders = Decoders(model, self.model_cfg.decode, self.autocast)
@@ -281,8 +279,9 @@ class HFPolicy:
         lora = self.lora is not None
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, parts, prox_all, temperature=temperature, current_version=current_version))
-        if lora and self.sampling_copy is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
-            clock.compute(Merge(self.merge_params), self.state_loaded)  # sync samples next
+        if lora and self._decoders is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
+            # sync samples next: the clock prices a version's arrival at the sampling weights
+            clock.compute(Merge(self.merge_params), self.state_loaded)
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals
@@ -326,7 +325,7 @@ class HFPolicy:
                          applied))
         totals = step_means(done)
         if totals[SKIPPED_STEPS] < len(done):
-            if self.lora is None:  # under LoRA the merge is priced apart (`update`)
+            if self.lora is None:  # under LoRA the arrival is priced apart (`update`)
                 self.state_loaded()
         else:
             check_skip_streak(self.skipped_in_a_row, self.scaler)
@@ -342,21 +341,29 @@ class HFPolicy:
 
     def state_loaded(self) -> None:
         """After the trainable state changed: bring the sampling weights up to it."""
-        for follower in (self.merged, self.sampling_copy):
-            if follower is not None:
-                follower.refresh()
+        if self.sampling_copy is not None:
+            self.sampling_copy.refresh()
 
     def state_digest(self) -> str:
         """`state_digest` of this policy's trainable tensors."""
         return state_digest(self.export_state())
 
+    def base_id(self) -> BaseId:
+        """The base the adapters sit on (train.lora), as loaded whatever dtype this role
+        holds it in; taken once, at its first need (a save or an adapter's load)."""
+        if self._base is None:
+            path = self.model_cfg.path
+            held = peft_base_state(self.model)
+            # a rollout that holds its base in fp16 hashes a fresh load instead (on CPU)
+            as_loaded = all(t.dtype == LOAD_DTYPE for t in held.values())
+            self._base = BaseId.of(self.model if as_loaded else load_model(path), path)
+        return self._base
+
     def base_digest(self) -> str:
-        """`state_digest` of the base weights the adapters sit on (train.lora), or of every
-        weight."""
-        if self.merged is not None:
-            return state_digest(self.merged.base_state())
+        """`state_digest` of the base the adapters sit on, as loaded (train.lora), or of
+        every weight as held."""
         if self.lora is not None:
-            return state_digest(peft_base_state(self.model))
+            return self.base_id().digest
         return state_digest(dict(self.model.named_parameters()))
 
     def export_state(self) -> dict[str, torch.Tensor]:
@@ -374,12 +381,14 @@ class HFPolicy:
     def load_adapter(self, path: str | Path) -> None:
         """Load a saved adapter (`save` under train.lora), refusing one whose base is not
         this model's."""
-        adapter, base = read_adapter(Path(path))
-        if base != self.base_digest():
+        adapter, saved = read_adapter(Path(path))
+        base = self.base_id()
+        differs = base.differs(saved)
+        if differs is not None:
             raise ConfigError(
-                f"the adapter in '{path}' was trained on a base model with digest {base}, "
-                f"but model.path '{self.model_cfg.path}' holds one with digest "
-                f"{self.base_digest()}: point model.path at the base the run trained on")
+                f"the adapter in '{path}' was trained on a base model with digest "
+                f"{saved.get('base_digest')}, but model.path '{self.model_cfg.path}' holds one "
+                f"with digest {base.digest}: {differs}")
         self.load_state(adapter)
 
     def save(self, out_dir: str | Path) -> None:
@@ -387,7 +396,7 @@ class HFPolicy:
         train.lora the adapters alone, as PEFT saves them, with their base's digest."""
         if self.lora is not None:
             save_adapter(Path(out_dir), self.state_tensors(), self.lora, self.targets,
-                         self.model_cfg.path, self.base_digest())
+                         self.model_cfg.path, self.base_id())
         else:
             self.model.save_pretrained(str(out_dir))
         self.tokenizer.save_pretrained(str(out_dir))

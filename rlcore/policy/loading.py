@@ -24,11 +24,14 @@ from rlcore.config import ConfigError
 _LOAD_LOCK = threading.Lock()
 
 
+LOAD_DTYPE = torch.float32  # what every role loads in, before sampling may hold another
+
+
 def load_model(path: str | Path, attn_implementation: str = "sdpa") -> PreTrainedModel:
     """from_pretrained in fp32, one load at a time within a process."""
     with _LOAD_LOCK:
         return AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=torch.float32, attn_implementation=attn_implementation)
+            str(path), dtype=LOAD_DTYPE, attn_implementation=attn_implementation)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:

@@ -1,10 +1,12 @@
 """Low-rank adapters (`train.lora`): what trains, what is handed over, how sampling sees it.
 
-The trainer trains the adapters with PEFT on a frozen base. Sampling runs a plain model whose
-target weights are the base plus the adapters' product, merged once per policy version
-(`Merged`): the static and captured decode steps then run unchanged, a token costs what it
-costs without LoRA, and a version costs one rank-r product per target. The trainer's own
-log-probabilities come from PEFT's unmerged forward.
+The trainer trains the adapters with PEFT on a frozen base; a rollout wraps its model with the
+same LoRA layers, over its base held in the sampling dtype, with the adapters in fp32. Every
+forward applies the adapters unmerged, base output + alpha / rank * B (A x): PEFT's own
+forward for prompts, and the static and captured decode steps (`decode_step.py::linear`) for
+each next token, reading A and B from the same tensors, which a version's load overwrites in
+place. So a small update is never rounded onto an fp16 base's grid, nothing is merged or
+recaptured when a version arrives, and a token costs two rank-r products per target more.
 
 Adapter tensors are named as PEFT saves them (`base_model.model.<module>.lora_A.weight`),
 so a saved policy is a PEFT adapter directory as well as rlcore's.
@@ -13,14 +15,12 @@ so a saved policy is a PEFT adapter directory as well as rlcore's.
   adapter_spec     the adapters' names, shapes and dtypes (what a weight slot holds)
   initial_adapter  version 0's adapters, the same in every role and process
   wrap             the trainer's PEFT model, with the initial adapters in it
-  Merged           a sampling model's target weights as base + alpha / rank * B @ A
-  rollout_merged   a rollout's merged sampling weights; merged_copy, a trainer's (sync)
+  rollout_wrap     a rollout's model, adapted the same way, frozen, its base held to sample
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import math
 import re
@@ -160,6 +160,8 @@ def wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target]) -> Any:
     with torch.no_grad():
         for name, tensor in initial_adapter(chosen, lora.rank).items():
             params[name].copy_(tensor)
+    # PEFT's new dropout layers start in training mode; sampling and recompute must not drop
+    peft_model.train(False)
     return peft_model
 
 
@@ -167,18 +169,6 @@ def adapter_params(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The PEFT model's trainable parameters, by their saved names."""
     return {_PEFT_NAME.sub(r".\1.", n): p for n, p in peft_model.named_parameters()
             if p.requires_grad}
-
-
-def base_weights(model: torch.nn.Module, chosen: list[Target]) -> dict[str, torch.Tensor]:
-    """The target layers' weights in `model` (by reference), by module path."""
-    return {t.path: weight(model, t.path) for t in chosen}
-
-
-def weight(model: torch.nn.Module, path: str) -> torch.Tensor:
-    """The weight of the linear layer at `path`."""
-    layer = model.get_submodule(path)
-    assert isinstance(layer.weight, torch.Tensor)
-    return layer.weight
 
 
 @contextlib.contextmanager
@@ -197,71 +187,70 @@ def dropout_draws(peft_model: torch.nn.Module, seed: int) -> Iterator[None]:
                 m.train(False)
 
 
-class Merged:
-    """The target weights of a sampling model, kept equal to base + scale * B @ A by `merge`
-    (the model's weight tensors are written in place: a captured step reads them by
-    address)."""
-
-    def __init__(self, model: torch.nn.Module, chosen: list[Target],
-                 adapter: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor],
-                 factor: float):
-        self.model = model
-        self.factor = factor
-        self.adapter = dict(adapter)  # the live adapters it merges from (the same tensors)
-        self._parts = [(weight(model, t.path).detach(), base[t.path].detach(),
-                        adapter[t.a_name], adapter[t.b_name]) for t in chosen]
-
-    def merge(self) -> None:
-        with torch.no_grad():
-            for out, w0, a, b in self._parts:
-                if out.dtype == w0.dtype == a.dtype:
-                    torch.addmm(w0, b, a, alpha=self.factor, out=out)
-                else:  # held in another dtype: merged in the adapters' dtype, then cast
-                    out.copy_(torch.addmm(w0.to(a.dtype), b, a, alpha=self.factor))
-
-    def refresh(self) -> None:
-        """As `SamplingCopy.refresh`: after the adapters changed."""
-        self.merge()
-
-    def base_state(self) -> dict[str, torch.Tensor]:
-        """The base model's parameters by name: the unmerged weights for the targets."""
-        base = {out.data_ptr(): w0 for out, w0, _, _ in self._parts}
-        return {n: base.get(p.data_ptr(), p) for n, p in self.model.named_parameters()}
-
-
-def rollout_merged(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target],
-                   device: torch.device) -> Merged:
-    """A LoRA rollout's sampling weights: `model` frozen, its targets' base weights kept
-    apart and version 0's adapters merged over them."""
+def rollout_wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target],
+                 dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A rollout's model with PEFT's LoRA layers over its base (changed in place, frozen),
+    the base then held in `dtype` and the adapters in fp32; returns the live adapters, which
+    each version's load overwrites and every forward and decode step applies unmerged."""
+    peft_model = wrap(model, lora, chosen)
+    adapter = adapter_params(peft_model)
     for p in model.parameters():
         p.requires_grad_(False)
-    base = {path: w.detach().clone() for path, w in base_weights(model, chosen).items()}
-    adapter = {n: t.to(device) for n, t in initial_adapter(chosen, lora.rank).items()}
-    return Merged(model, chosen, adapter, base, scale(lora))
-
-
-def merged_copy(peft_model: Any, lora: LoraConfig, chosen: list[Target],
-                adapter: Mapping[str, torch.Tensor], dtype: torch.dtype) -> Merged:
-    """A trainer's plain copy for sampling (sync) in `dtype`, its targets merged from the
-    live adapters over the trainer's own frozen base weights."""
-    plain = copy.deepcopy(peft_model).unload()
-    hold(plain, dtype)
-    base = {t.path: peft_model.get_submodule(f"{PREFIX}{t.path}").base_layer.weight
-            for t in chosen}
-    merged = Merged(plain, chosen, adapter, base, scale(lora))
-    merged.merge()
-    return merged
+    hold(model, dtype)
+    return adapter
 
 
 def peft_base_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The frozen base of a PEFT model by the plain model's parameter names."""
+    """The frozen base of a model, PEFT-wrapped or not, by the plain model's parameter
+    names."""
     return {n.removeprefix(PREFIX).replace(".base_layer.", "."): p
             for n, p in peft_model.named_parameters() if ".lora_" not in n}
 
 
+@dataclass(frozen=True)
+class BaseId:
+    """The base the adapters sit on: the digest of its weights as loaded, the dtype that
+    digest was taken in and the model directory's weight files (compared first, to say
+    which of them differs)."""
+
+    digest: str
+    dtype: str
+    files: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, model_dir: str | Path) -> BaseId:
+        """The base of `model` (PEFT-wrapped or not) as loaded from `model_dir`: uncast, so
+        every role, save and load agrees on it whatever dtype a role holds it in."""
+        from rlcore.policy.hf_policy import state_digest
+
+        state = peft_base_state(model)
+        dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in state.values()})
+        files = tuple(sorted(p.name for p in Path(model_dir).glob("*.safetensors")))
+        return cls(state_digest(state), "+".join(dtypes), files)
+
+    def differs(self, saved: Mapping[str, Any]) -> str | None:
+        """What differs between this base and one an adapter recorded; None if nothing."""
+        if saved.get("base_digest") == self.digest:
+            return None
+        dtype, files = saved.get("base_dtype"), saved.get("base_files")
+        if dtype is None or files is None:
+            return ("its digest differs, and it records neither the dtype nor the files it "
+                    "was taken of (an earlier rlcore hashed the base in the dtype the saving "
+                    "role held it in, fp16 in an fp16 rollout): retrain, or point model.path "
+                    "at the base the run trained on")
+        if dtype != self.dtype:
+            return (f"its digest was taken of {dtype} weights, this one of {self.dtype}: "
+                    "load the base in the dtype the run loaded it in")
+        if tuple(files) != self.files:
+            return (f"it was trained on weight files {list(files)}, and model.path holds "
+                    f"{list(self.files)}: point model.path at the base the run trained on")
+        return ("the weight files have the same names, but their weights differ: model.path "
+                "holds another checkpoint; point it at the base the run trained on")
+
+
 def save_adapter(out_dir: Path, adapter: Mapping[str, torch.Tensor], lora: LoraConfig,
-                 chosen: list[Target], base_path: str, base_digest: str) -> None:
-    """A PEFT adapter directory (weights and config), and the digest of the base it needs."""
+                 chosen: list[Target], base_path: str, base: BaseId) -> None:
+    """A PEFT adapter directory (weights and config), and the base it needs."""
     from safetensors.torch import save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -269,23 +258,25 @@ def save_adapter(out_dir: Path, adapter: Mapping[str, torch.Tensor], lora: LoraC
               str(out_dir / ADAPTER_WEIGHTS))
     peft_config(lora, chosen, base_path).save_pretrained(str(out_dir))
     (out_dir / BASE_FILE).write_text(json.dumps(
-        {"base_path": base_path, "base_digest": base_digest}, indent=2) + "\n")
+        {"base_path": base_path, "base_digest": base.digest, "base_dtype": base.dtype,
+         "base_files": list(base.files)}, indent=2) + "\n")
 
 
 def is_adapter_dir(path: Path) -> bool:
     return (path / ADAPTER_WEIGHTS).is_file() and (path / BASE_FILE).is_file()
 
 
-def read_adapter(path: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """A saved adapter's tensors and the digest of the base it was trained on."""
+def read_adapter(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A saved adapter's tensors and what it records of its base (`base_digest`, and from
+    this rlcore on `base_dtype` and `base_files`)."""
     from safetensors.torch import load_file
 
-    base = json.loads((path / BASE_FILE).read_text())["base_digest"]
+    base = json.loads((path / BASE_FILE).read_text())
     return load_file(str(path / ADAPTER_WEIGHTS)), base
 
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "Merged", "Target",
-           "adapter_params", "adapter_spec", "base_weights", "dropout_draws",
-           "initial_adapter", "is_adapter_dir", "merge_elements", "merged_copy",
-           "model_targets", "peft_base_state", "read_adapter", "rollout_merged", "save_adapter",
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "BaseId", "Target",
+           "adapter_params", "adapter_spec", "dropout_draws",
+           "initial_adapter", "is_adapter_dir", "merge_elements",
+           "model_targets", "peft_base_state", "read_adapter", "rollout_wrap", "save_adapter",
            "scale", "targets", "wrap"]

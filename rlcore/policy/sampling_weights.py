@@ -11,7 +11,7 @@ sampled.
   sampling_dtype  the dtype a role's sampling weights are held in, from the config
   hold            cast a model's parameters (not its buffers) to that dtype, in place
   SamplingCopy    a copy in that dtype of a model that also trains (sync), refreshed after
-                  each update
+                  each update (under LoRA: its adapters, kept fp32 and applied unmerged)
 """
 
 from __future__ import annotations
@@ -36,23 +36,28 @@ def sampling_dtype(model_cfg: ModelConfig, device: torch.device) -> torch.dtype:
 
 def hold(model: torch.nn.Module, dtype: torch.dtype) -> None:
     """Cast `model`'s parameters to `dtype` in place; the Parameter objects stay (so do tied
-    weights), and buffers such as the rotary frequencies keep their precision."""
+    weights), and buffers such as the rotary frequencies keep their precision. LoRA adapters
+    (PEFT's `lora_A`, `lora_B`) stay fp32, as the trainer's: PEFT casts their input to it."""
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dtype != dtype:
+        for name, p in model.named_parameters():
+            if p.dtype != dtype and ".lora_" not in name:
                 p.data = p.data.to(dtype)
 
 
 class SamplingCopy:
     """A copy of a training model held in `dtype` for sampling; `refresh` copies the model's
-    current weights into it, casting, with the copy's storage kept (a captured decode step
-    reads it by address)."""
+    current trainable weights into it (all of them, or under LoRA the adapters: the base is
+    frozen), casting, with the copy's storage kept (a captured decode step reads it by
+    address)."""
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
         self.model = copy.deepcopy(model)
         hold(self.model, dtype)
-        self._src = [p.detach() for p in model.parameters()]
-        self._dst = [p.detach() for p in self.model.parameters()]
+        pairs = [(p.detach(), q.detach()) for p, q in zip(model.parameters(),
+                                                          self.model.parameters(), strict=True)
+                 if p.requires_grad]
+        self._src = [p for p, _ in pairs]
+        self._dst = [q for _, q in pairs]
 
     def refresh(self) -> None:
         with torch.no_grad():

@@ -65,7 +65,8 @@ class RolloutPolicy(Protocol):
 
     @property
     def merge_params(self) -> int:
-        """Elements of the target weights a version's merge writes (train.lora)."""
+        """Elements of the target weights (train.lora): what the clock prices a version's
+        arrival by."""
         ...
 
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
@@ -143,7 +144,7 @@ def reload(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor
     t0 = clock.now()
     v = load_current(ctx, policy, params)
     charge_copy(clock, ctx.slots, "read")
-    if ctx.cfg.train.lora is not None:  # the version's adapters merged as they arrived
+    if ctx.cfg.train.lora is not None:  # the clock prices the adapters' arrival as a merge
         clock.charge(Merge(policy.merge_params))
     out.events.append(Event("weight_reload", clock.now(), {
         "worker": ctx.name, "version": v, "reload_s": clock.now() - t0}))
