@@ -238,6 +238,36 @@ class TestPinnedSlotsHaveALifetime:
             slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
         assert not driver.pinned and self.cleared == [1]
 
+    def test_the_pinned_check_skips_slots_shared_memory_cannot_hold(
+            self, monkeypatch: pytest.MonkeyPatch):
+        """A /dev/shm of 1 MiB cannot hold two 1 MiB slots: the GPU check records a skip
+        instead of making them (SIGBUS would end every later check unrecorded)."""
+        from rlcore.measure import cuda_checks
+
+        def no_slots(*args, **kwargs):
+            raise AssertionError("slots made past /dev/shm's size")
+
+        monkeypatch.setattr(cuda_checks, "shared_memory_free", lambda: 2**20, raising=False)
+        monkeypatch.setattr(cuda_checks, "WeightSlots", no_slots)
+        found = cuda_checks.pinned_three_times(torch.device("cpu"), mib=1)
+        assert "/dev/shm" in found["skipped"]
+
+    def test_a_check_that_skips_is_recorded_as_skipped(
+            self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+        import json
+
+        from rlcore.measure import cuda_checks
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        for name in ("captures_at_once", "capture_beside_waits", "other_device"):
+            monkeypatch.setattr(cuda_checks, name, lambda dev: {})
+        monkeypatch.setattr(cuda_checks, "pinned_three_times", lambda dev: {"skipped": "small"})
+        assert cuda_checks.main(["--out", str(tmp_path / "c.json"), "--device", "cuda:0"]) == 0
+        checks = json.loads((tmp_path / "c.json").read_text())["checks"]
+        assert checks["pinned_three_times"]["status"] == "skipped"
+        assert checks["pinned_three_times"]["why"] == "small"
+        assert checks["other_device"]["status"] == "ok"
+
 
 # CUDA calls that act on whatever device is current, or wait on a whole device
 IMPLICIT = re.compile(r"torch\.cuda\.(Stream|current_stream|Event)\(\)|torch\.cuda\.synchronize\("
