@@ -152,6 +152,51 @@ class TestCapturesAreAloneAndBeforeTheRun:
         assert not [c for c in cuda.calls if c.what.endswith("synchronize") and c.capturing]
 
 
+class TestNoRowIsEverFullyMasked:
+    """Some SDPA kernels give NaN for a row whose every key is masked (pytorch#110213), and a
+    masked-out NaN value still poisons a row (pytorch#101967): a bucket's warm-up and capture
+    must not leave NaN in the buffers that a later, larger batch's rows attend past."""
+
+    @staticmethod
+    def nan_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+        real = torch.nn.functional.scaled_dot_product_attention
+
+        def sdpa(q, k, v, attn_mask=None, **kw):  # type: ignore[no-untyped-def]
+            out = real(q, k, v, attn_mask=attn_mask, **kw)
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                out = out.masked_fill(~attn_mask.any(-1, keepdim=True), float("nan"))
+            return out
+
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
+
+    def test_a_larger_batch_after_a_padded_one_in_a_captured_bucket_stays_finite(
+            self, cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch):
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        self.nan_sdpa(monkeypatch)
+        torch.manual_seed(0)  # three layers: NaN reaches a padding row's written keys
+        config = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128, tie_word_embeddings=True,
+                             pad_token_id=0)
+        config._attn_implementation = "sdpa"
+        model = Qwen2ForCausalLM(config).eval()
+        kw = cache_keyword(model)
+        pool = GraphPool(model, contextlib.nullcontext, kw)
+        pool.prepare([3], columns=16)  # warm-up and capture under the fake
+        (bucket,) = pool.buckets.values()
+        bucket.graph = None  # the fake records no kernels: the batches run the step eagerly
+        for rows, width in ((3, 6), (4, 2)):  # row 3 is padding, then a real row
+            ids, _ = batch([width] * rows, seed=rows)
+            d = GraphDecoder(pool, ids, torch.ones_like(ids), kw, 8)
+            assert torch.isfinite(d.refill()).all()
+            with torch.no_grad():
+                for step in range(8):
+                    d.append(torch.full((rows,), 7 + step))
+                    assert torch.isfinite(d.forward()).all(), (rows, step)
+        assert len(pool.buckets) == 1
+
+
 class TestPinnedSlotsHaveALifetime:
     """cudaHostRegister once per process, under a lock; cudaHostUnregister when the slots
     close or are collected; error 712 cleared and reported."""
