@@ -161,6 +161,21 @@ class TestTraining:
             assert twice[0] == twice[1]  # off outside the update: a forward is deterministic
         assert states[0.0] != states[0.5]
 
+    def test_a_fresh_trainer_recomputes_without_dropout(self, tiny_model_dir: Path):
+        """Before its first update (whose proximal recompute comes first) a trainer holding
+        adapters that move the output (B not zero: a later version, loaded) recomputes
+        deterministically: PEFT makes its dropout modules in train mode."""
+        cfg = lora_config(tiny_model_dir, dropout=0.5)
+        policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+        g = torch.Generator().manual_seed(0)
+        policy.load_state({n: torch.randn(t.shape, generator=g) * 0.1
+                           for n, t in policy.export_state().items()})
+        batch = batch_of(policy)
+        twice = [policy.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
+                 for _ in range(2)]
+        assert twice[0] == twice[1]
+        assert not [n for n, m in policy.model.named_modules() if m.training]
+
 
 # --- delivery ------------------------------------------------------------------------------
 def withhold_adapters(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -160,7 +160,7 @@ def wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target]) -> Any:
     with torch.no_grad():
         for name, tensor in initial_adapter(chosen, lora.rank).items():
             params[name].copy_(tensor)
-    return peft_model
+    return peft_model.train(False)  # PEFT makes its dropout modules in train mode
 
 
 def adapter_params(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
