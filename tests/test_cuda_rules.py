@@ -90,6 +90,33 @@ class TestEveryCallNamesTheRolesDevice:
         t.join()
         assert bound == [("role-thread", "cpu")]
 
+    def test_each_role_thread_queues_on_a_stream_of_its_own(self, cuda: FakeCuda):
+        """The threaded runner's roles on one GPU: on the shared legacy stream their kernels
+        would serialise and each role's waits would wait for the other's work."""
+        import queue
+
+        seen: dict[str, object] = {}
+
+        def role(ctx: SimpleNamespace) -> None:
+            device = getattr(ctx, "device", None)
+            if device is not None and device.type == "cuda":
+                seen[ctx.name] = torch.cuda.current_stream(device)
+
+        inbox: queue.Queue[object] = queue.Queue()
+        threads = Threads()
+        for name, dev in (("rollout0", CUDA1), ("trainer0", CUDA1),
+                          ("cpu", torch.device("cpu")), ("service", None)):
+            ctx = SimpleNamespace(name=name, cpus=None, inbox=inbox)
+            if dev is not None:
+                ctx.device = dev
+            threads.start(name, role, ctx)  # type: ignore[arg-type]
+        for t in threads.handles.values():
+            t.join()
+        assert inbox.empty(), inbox.get()
+        legacy = torch.cuda.current_stream(CUDA1)  # this thread's: never set
+        assert len({id(seen["rollout0"]), id(seen["trainer0"]), id(legacy)}) == 3
+        assert [c.device for c in cuda.calls if c.what == "set_stream"] == [1, 1]
+
 
 class TestCapturesAreAloneAndBeforeTheRun:
     def test_prepare_captures_each_rows_bucket_largest_first_into_one_pool(
