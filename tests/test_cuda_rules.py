@@ -406,3 +406,33 @@ class TestRolesPrepareBeforeTheClockStarts:
         bound.clear()  # the held-out evaluation builds and runs its policy in this thread
         evaluate_run(tmp_path / mode)
         assert bound == {("MainThread", "cpu")}
+
+
+@pytest.mark.parametrize(("role", "lora"), [("rollout", False), ("trainer", False),
+                                           ("trainer", True)])  # the last samples a copy
+def test_a_policy_that_sampled_is_freed_by_its_last_reference(tiny_model_dir: Path,
+                                                               role: str, lora: bool):
+    """A policy in a reference cycle outlives `del` until the cyclic collector runs, and
+    with it its weights, captured graphs and KV buckets on the GPU (`run --eval` loads the
+    evaluation policy beside it)."""
+    import weakref
+
+    from rlcore.config import config_from_dict
+    from rlcore.policy.hf_policy import HFPolicy
+    from rlcore.policy.sampler import Draws
+    from tests.conftest import small_config
+
+    train = {"lora": {"rank": 4}} if lora else {}
+    cfg = config_from_dict(small_config(tiny_model_dir, train=train))
+    gc.collect()
+    gc.disable()  # only reference counts may free it
+    try:
+        policy = HFPolicy(cfg.model, cfg.train, role=role)
+        policy.generate([policy.encode_prompt("1+2=")], max_new_tokens=4, temperature=1.0,
+                        chunk_tokens=4, draws=Draws(0, [(0, 0)]))
+        assert policy._decoders is not None
+        alive = weakref.ref(policy)
+        del policy
+        assert alive() is None
+    finally:
+        gc.enable()

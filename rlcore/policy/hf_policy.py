@@ -89,6 +89,11 @@ def _to_host(state: dict[str, torch.Tensor], names: list[str]) -> dict[str, torc
     return dict(zip(names, host.split([f.numel() for f in flat]), strict=True))
 
 
+def fp16_autocast() -> contextlib.AbstractContextManager[Any]:
+    """Autocast to fp16 on CUDA: the computation of an fp16 policy on a GPU."""
+    return torch.autocast("cuda", dtype=torch.float16)
+
+
 def state_digest(state: dict[str, torch.Tensor]) -> str:
     """sha256 over the tensors in name order, each as its name, dtype, shape and raw bytes:
     equal exactly when every value is bit-for-bit equal, on any device."""
@@ -191,9 +196,7 @@ class HFPolicy:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.use_fp16:
-            return torch.autocast("cuda", dtype=torch.float16)
-        return contextlib.nullcontext()
+        return fp16_autocast() if self.use_fp16 else contextlib.nullcontext()
 
     # --- sampling -----------------------------------------------------------------------
     @property
@@ -209,7 +212,10 @@ class HFPolicy:
             elif next(model.parameters()).dtype != self.sampling_dtype:
                 self.sampling_copy = SamplingCopy(model, self.sampling_dtype)
                 model = self.sampling_copy.model
-            self._decoders = Decoders(model, self.model_cfg.decode, self.autocast)
+            # a plain function, not the bound self.autocast: the policy would be in a cycle
+            # that only the cyclic collector frees, its GPU memory with it
+            autocast = fp16_autocast if self.use_fp16 else contextlib.nullcontext
+            self._decoders = Decoders(model, self.model_cfg.decode, autocast)
         return self._decoders
 
     @decoders.setter
