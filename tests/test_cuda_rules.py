@@ -310,6 +310,59 @@ class TestPinnedSlotsHaveALifetime:
             slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
         assert not driver.pinned and self.cleared == [1]
 
+    def test_every_loaded_cuda_runtime_is_found_and_cleared(
+            self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+        """torch's libcudart, a wheel's bundled libcudart-<hash>.so.N and one whose file was
+        replaced since it was loaded: error 712 is cleared in each, others are not opened."""
+        plain = "/venv/nvidia/cuda_runtime/lib/libcudart.so.12"
+        bundled = "/venv/site-packages/vllm.libs/libcudart-d0da41ae.so.11.0"
+        deleted = "/opt/cuda 12/lib64/libcudart.so.12.4.127"
+        maps = tmp_path / "maps"
+        maps.write_text("\n".join([
+            f"7f10-7f20 r--p 00000000 08:01 11 {plain}",
+            f"7f20-7f30 r-xp 00001000 08:01 11 {plain}",  # a library maps several ranges
+            f"7f30-7f40 r-xp 00000000 08:01 12        {bundled}",
+            f"7f40-7f50 r-xp 00000000 08:01 13 {deleted} (deleted)",
+            "7f50-7f60 r-xp 00000000 08:01 14 /venv/nvidia/cudnn/lib/libcudnn.so.9",
+            "7f60-7f70 r-xp 00000000 08:01 15 /opt/libcudart_tools/libfoo.so",
+            "7ffd-7ffe rw-p 00000000 00:00 0                          [stack]",
+            "7ffe-7fff rw-p 00000000 00:00 0",
+        ]) + "\n")
+        cleared: list[str] = []
+
+        class Runtime:
+            def __init__(self, path: str):
+                self.path = path
+
+            def cudaGetLastError(self) -> int:  # noqa: N802
+                cleared.append(self.path)
+                return 712 if self.path == bundled else 0
+
+        monkeypatch.setattr(ws, "MAPS", maps, raising=False)
+        monkeypatch.setattr(ws.ctypes, "CDLL", Runtime)
+        assert ws.clear_cuda_error() == 712
+        assert sorted(cleared) == sorted([plain, bundled, deleted])
+
+    def test_a_finalizer_run_inside_a_registration_does_not_deadlock(self, driver: Driver):
+        """The collector may run another slots' finalizer (which takes the same class lock)
+        in the thread that is registering."""
+        other = [torch.zeros(4)]
+        register = driver.cudaHostRegister
+
+        def collecting(ptr: int, size: int, flags: int) -> int:
+            ws.HostPins._release(other)  # as gc would, mid-registration
+            return register(ptr, size, flags)
+
+        driver.cudaHostRegister = collecting  # type: ignore[method-assign]
+        slots = self.slots()
+        t = threading.Thread(target=slots._pin_for, args=(self.ON_GPU,), daemon=True)
+        t.start()
+        t.join(timeout=10)
+        assert not t.is_alive(), "deadlocked on HostPins._lock"
+        assert len(driver.pinned) == 4  # 2 slots x 2 dtypes
+        slots.close()
+        assert not driver.pinned
+
     def test_the_pinned_check_skips_slots_shared_memory_cannot_hold(
             self, monkeypatch: pytest.MonkeyPatch):
         """A /dev/shm of 1 MiB cannot hold two 1 MiB slots: the GPU check records a skip
