@@ -394,6 +394,58 @@ class TestPinnedSlotsHaveALifetime:
         assert checks["other_device"]["status"] == "ok"
 
 
+class TestBuffersSentThroughCudaIpcAreReturned:
+    """A worker ends through `os._exit`, which runs no deleter: a GPU buffer it received
+    from the main process would never be counted as returned, and the main process would
+    hold the block until it exits (a bench's repeats and pytest run many runs in one)."""
+
+    @pytest.mark.parametrize("fails", [False, True])
+    def test_a_worker_drops_the_slots_it_received_before_it_exits(
+            self, monkeypatch: pytest.MonkeyPatch, fails: bool):
+        import queue
+        import weakref
+
+        from rlcore.runners.asynchronous import vehicles
+
+        monkeypatch.setattr(vehicles, "die_with_parent", lambda *a, **k: None)
+        monkeypatch.setattr(vehicles, "_parent_pid", lambda: 1)
+        monkeypatch.setattr(vehicles, "pin", lambda cfg: None)
+        slots = ws.WeightSlots([("w", (4,), torch.float32)], 2, Threads().locked_array(4),
+                               shared=False)
+        buffer = weakref.ref(slots._buffers[0][torch.float32])
+        inbox: queue.Queue[object] = queue.Queue()
+        ctx = SimpleNamespace(name="rollout0", cpus=None, cfg=None, inbox=inbox, slots=slots)
+
+        def role(c: SimpleNamespace) -> None:
+            if fails:
+                raise RuntimeError("the role failed")
+
+        with pytest.raises(SystemExit) if fails else contextlib.nullcontext():
+            vehicles._process_entry(role, ctx)  # type: ignore[arg-type]
+        assert buffer() is None
+        assert inbox.empty() != fails  # a failure is still reported
+
+    @pytest.mark.parametrize(("processes", "transport", "freed"),
+                             [(True, "device", True), (True, "host", False),
+                              (False, "device", False)])
+    def test_the_main_process_frees_what_it_sent_once_the_workers_ended(
+            self, monkeypatch: pytest.MonkeyPatch, processes: bool, transport: str,
+            freed: bool):
+        from rlcore.runners.asynchronous.runtime import Runtime
+
+        order: list[str] = []
+        rt = object.__new__(Runtime)  # its parts only: building one needs a GPU here
+        rt.watchdog = None
+        rt.v = SimpleNamespace(processes=processes,  # type: ignore[assignment]
+                               end_all=lambda ends: order.append("end_all"))
+        rt.slots = SimpleNamespace(transport=transport,  # type: ignore[assignment]
+                                   close=lambda: order.append("close"),
+                                   release_buffers=lambda: order.append("release"))
+        monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: order.append("ipc_collect"))
+        rt.shutdown()
+        assert order == ["end_all", "close", *(["release", "ipc_collect"] if freed else [])]
+
+
 # CUDA calls that act on whatever device is current, or wait on a whole device
 IMPLICIT = re.compile(r"torch\.cuda\.(Stream|current_stream|Event)\(\)|torch\.cuda\.synchronize\("
                       r"|\.record\(\)|torch\.cuda\.graph\([a-z_.]+\)")

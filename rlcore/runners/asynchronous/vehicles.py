@@ -65,7 +65,11 @@ def _process_entry(fn: Callable[[L], None], ctx: L) -> None:
     if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
         os.sched_setaffinity(0, ctx.cpus)
     pin(ctx.cfg)
-    if not _run_role(fn, ctx):
+    ok = _run_role(fn, ctx)
+    release = getattr(getattr(ctx, "slots", None), "release_buffers", None)
+    if release is not None:  # os._exit runs no deleter: its sender would keep what it sent
+        release()
+    if not ok:
         sys.exit(1)
 
 

@@ -315,6 +315,12 @@ class WeightSlots:
         memory); the runtime calls it when the run ends."""
         self._pins.release()
 
+    def release_buffers(self) -> None:
+        """Drop this object's buffers, after its last copy. A GPU buffer received from
+        another process returns to it only when its last reference here dies, which the
+        `os._exit` that ends a worker skips: the sender would hold it until it exits."""
+        self._buffers, self.slots = [], []
+
     def _copy(self, dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
         """One multi-tensor copy, finished before it returns even where it runs on a GPU."""
         self._pin_for(src + dst)
