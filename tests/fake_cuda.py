@@ -1,10 +1,11 @@
 """A stand-in for the parts of `torch.cuda` that rlcore's CUDA paths call, for CPU tests.
 
-`FakeCuda.install` replaces streams, events, graphs, device contexts, `set_device` and
-`synchronize` with fakes that record which device each call named, in which thread, and
-when a capture was under way; the computation itself stays on the CPU. The checks it makes
-on the spot are CUDA's rules: a replay or a stream's work on a device other than the one
-that is current fails, as two captures at once and a device-wide wait during a capture do.
+`FakeCuda.install` replaces streams, events, graphs, device contexts, `set_device`,
+`set_stream` and `synchronize` with fakes that record which device each call named, in which
+thread, and when a capture was under way; the computation itself stays on the CPU. The
+checks it makes on the spot are CUDA's rules: a replay or a stream's work on a device other
+than the one that is current fails, as two captures at once and a device-wide wait during a
+capture do.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class FakeCuda:
     captures: list[tuple[float, float, str]] = field(default_factory=list)  # start, end, thread
     capture_pause_s: float = 0.0  # a capture's length: widens the window a race needs
     _local: threading.local = field(default_factory=threading.local)
+    _legacy: dict[int, FakeStream] = field(default_factory=dict)  # each device's default
     _capturing: int = 0
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -111,8 +113,19 @@ class FakeCuda:
             self._local.device = before
 
     def current_stream(self, device: Any = None) -> FakeStream:
+        """The thread's stream on `device` (`set_stream`), else the device's legacy default
+        stream, which every thread shares."""
         assert device is not None, "current_stream() with no device: the current one's"
-        return FakeStream(self, index_of(device))
+        d = index_of(device)
+        own = getattr(self._local, "streams", {}).get(d)
+        return own if own is not None else self._legacy.setdefault(d, FakeStream(self, d))
+
+    def set_stream(self, s: FakeStream) -> None:
+        # torch makes the stream's device current; the fake asks that it already be
+        assert s.device == self.current(), (
+            f"cuda:{s.device}'s stream made current with cuda:{self.current()} current")
+        self.log("set_stream", s.device)
+        self._local.streams = {**getattr(self._local, "streams", {}), s.device: s}
 
     def stream_class(self, device: Any = None, **_: Any) -> FakeStream:
         assert device is not None, "Stream() with no device: on the current one"
@@ -156,6 +169,7 @@ class FakeCuda:
         monkeypatch.setattr(cuda, "set_device", self.set_device)
         monkeypatch.setattr(cuda, "device", self.device)
         monkeypatch.setattr(cuda, "current_stream", self.current_stream)
+        monkeypatch.setattr(cuda, "set_stream", self.set_stream)
         monkeypatch.setattr(cuda, "Stream", self.stream_class)
         monkeypatch.setattr(cuda, "stream", self.stream)
         monkeypatch.setattr(cuda, "synchronize", self.synchronize)

@@ -98,6 +98,33 @@ class TestEveryCallNamesTheRolesDevice:
         t.join()
         assert bound == [("role-thread", "cpu")]
 
+    def test_each_role_thread_queues_on_a_stream_of_its_own(self, cuda: FakeCuda):
+        """The threaded runner's roles on one GPU: on the shared legacy stream their kernels
+        would serialise and each role's waits would wait for the other's work."""
+        import queue
+
+        seen: dict[str, object] = {}
+
+        def role(ctx: SimpleNamespace) -> None:
+            device = getattr(ctx, "device", None)
+            if device is not None and device.type == "cuda":
+                seen[ctx.name] = torch.cuda.current_stream(device)
+
+        inbox: queue.Queue[object] = queue.Queue()
+        threads = Threads()
+        for name, dev in (("rollout0", CUDA1), ("trainer0", CUDA1),
+                          ("cpu", torch.device("cpu")), ("service", None)):
+            ctx = SimpleNamespace(name=name, cpus=None, inbox=inbox)
+            if dev is not None:
+                ctx.device = dev
+            threads.start(name, role, ctx)  # type: ignore[arg-type]
+        for t in threads.handles.values():
+            t.join()
+        assert inbox.empty(), inbox.get()
+        legacy = torch.cuda.current_stream(CUDA1)  # this thread's: never set
+        assert len({id(seen["rollout0"]), id(seen["trainer0"]), id(legacy)}) == 3
+        assert [c.device for c in cuda.calls if c.what == "set_stream"] == [1, 1]
+
 
 class TestCapturesAreAloneAndBeforeTheRun:
     def test_prepare_captures_each_rows_bucket_largest_first_into_one_pool(
@@ -196,6 +223,51 @@ class TestCapturesAreAloneAndBeforeTheRun:
         assert not [c for c in cuda.calls if c.what.endswith("synchronize") and c.capturing]
 
 
+class TestNoRowIsEverFullyMasked:
+    """Some SDPA kernels give NaN for a row whose every key is masked (pytorch#110213), and a
+    masked-out NaN value still poisons a row (pytorch#101967): a bucket's warm-up and capture
+    must not leave NaN in the buffers that a later, larger batch's rows attend past."""
+
+    @staticmethod
+    def nan_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+        real = torch.nn.functional.scaled_dot_product_attention
+
+        def sdpa(q, k, v, attn_mask=None, **kw):  # type: ignore[no-untyped-def]
+            out = real(q, k, v, attn_mask=attn_mask, **kw)
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                out = out.masked_fill(~attn_mask.any(-1, keepdim=True), float("nan"))
+            return out
+
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
+
+    def test_a_larger_batch_after_a_padded_one_in_a_captured_bucket_stays_finite(
+            self, cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch):
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        self.nan_sdpa(monkeypatch)
+        torch.manual_seed(0)  # three layers: NaN reaches a padding row's written keys
+        config = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128, tie_word_embeddings=True,
+                             pad_token_id=0)
+        config._attn_implementation = "sdpa"
+        model = Qwen2ForCausalLM(config).eval()
+        kw = cache_keyword(model)
+        pool = GraphPool(model, contextlib.nullcontext, kw)
+        pool.prepare([3], columns=16)  # warm-up and capture under the fake
+        (bucket,) = pool.buckets.values()
+        bucket.graph = None  # the fake records no kernels: the batches run the step eagerly
+        for rows, width in ((3, 6), (4, 2)):  # row 3 is padding, then a real row
+            ids, _ = batch([width] * rows, seed=rows)
+            d = GraphDecoder(pool, ids, torch.ones_like(ids), kw, 8)
+            assert torch.isfinite(d.refill()).all()
+            with torch.no_grad():
+                for step in range(8):
+                    d.append(torch.full((rows,), 7 + step))
+                    assert torch.isfinite(d.forward()).all(), (rows, step)
+        assert len(pool.buckets) == 1
+
+
 class TestPinnedSlotsHaveALifetime:
     """cudaHostRegister once per process, under a lock; cudaHostUnregister when the slots
     close or are collected; error 712 cleared and reported."""
@@ -282,6 +354,141 @@ class TestPinnedSlotsHaveALifetime:
             slots._pin_for(self.ON_GPU)  # type: ignore[arg-type]
         assert not driver.pinned and self.cleared == [1]
 
+    def test_every_loaded_cuda_runtime_is_found_and_cleared(
+            self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+        """torch's libcudart, a wheel's bundled libcudart-<hash>.so.N and one whose file was
+        replaced since it was loaded: error 712 is cleared in each, others are not opened."""
+        plain = "/venv/nvidia/cuda_runtime/lib/libcudart.so.12"
+        bundled = "/venv/site-packages/vllm.libs/libcudart-d0da41ae.so.11.0"
+        deleted = "/opt/cuda 12/lib64/libcudart.so.12.4.127"
+        maps = tmp_path / "maps"
+        maps.write_text("\n".join([
+            f"7f10-7f20 r--p 00000000 08:01 11 {plain}",
+            f"7f20-7f30 r-xp 00001000 08:01 11 {plain}",  # a library maps several ranges
+            f"7f30-7f40 r-xp 00000000 08:01 12        {bundled}",
+            f"7f40-7f50 r-xp 00000000 08:01 13 {deleted} (deleted)",
+            "7f50-7f60 r-xp 00000000 08:01 14 /venv/nvidia/cudnn/lib/libcudnn.so.9",
+            "7f60-7f70 r-xp 00000000 08:01 15 /opt/libcudart_tools/libfoo.so",
+            "7ffd-7ffe rw-p 00000000 00:00 0                          [stack]",
+            "7ffe-7fff rw-p 00000000 00:00 0",
+        ]) + "\n")
+        cleared: list[str] = []
+
+        class Runtime:
+            def __init__(self, path: str):
+                self.path = path
+
+            def cudaGetLastError(self) -> int:  # noqa: N802
+                cleared.append(self.path)
+                return 712 if self.path == bundled else 0
+
+        monkeypatch.setattr(ws, "MAPS", maps, raising=False)
+        monkeypatch.setattr(ws.ctypes, "CDLL", Runtime)
+        assert ws.clear_cuda_error() == 712
+        assert sorted(cleared) == sorted([plain, bundled, deleted])
+
+    def test_a_finalizer_run_inside_a_registration_does_not_deadlock(self, driver: Driver):
+        """The collector may run another slots' finalizer (which takes the same class lock)
+        in the thread that is registering."""
+        other = [torch.zeros(4)]
+        register = driver.cudaHostRegister
+
+        def collecting(ptr: int, size: int, flags: int) -> int:
+            ws.HostPins._release(other)  # as gc would, mid-registration
+            return register(ptr, size, flags)
+
+        driver.cudaHostRegister = collecting  # type: ignore[method-assign]
+        slots = self.slots()
+        t = threading.Thread(target=slots._pin_for, args=(self.ON_GPU,), daemon=True)
+        t.start()
+        t.join(timeout=10)
+        assert not t.is_alive(), "deadlocked on HostPins._lock"
+        assert len(driver.pinned) == 4  # 2 slots x 2 dtypes
+        slots.close()
+        assert not driver.pinned
+
+    def test_the_pinned_check_skips_slots_shared_memory_cannot_hold(
+            self, monkeypatch: pytest.MonkeyPatch):
+        """A /dev/shm of 1 MiB cannot hold two 1 MiB slots: the GPU check records a skip
+        instead of making them (SIGBUS would end every later check unrecorded)."""
+        from rlcore.measure import cuda_checks
+
+        def no_slots(*args, **kwargs):
+            raise AssertionError("slots made past /dev/shm's size")
+
+        monkeypatch.setattr(cuda_checks, "shared_memory_free", lambda: 2**20, raising=False)
+        monkeypatch.setattr(cuda_checks, "WeightSlots", no_slots)
+        found = cuda_checks.pinned_three_times(torch.device("cpu"), mib=1)
+        assert "/dev/shm" in found["skipped"]
+
+    def test_a_check_that_skips_is_recorded_as_skipped(
+            self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+        import json
+
+        from rlcore.measure import cuda_checks
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        for name in ("captures_at_once", "capture_beside_waits", "other_device"):
+            monkeypatch.setattr(cuda_checks, name, lambda dev: {})
+        monkeypatch.setattr(cuda_checks, "pinned_three_times", lambda dev: {"skipped": "small"})
+        assert cuda_checks.main(["--out", str(tmp_path / "c.json"), "--device", "cuda:0"]) == 0
+        checks = json.loads((tmp_path / "c.json").read_text())["checks"]
+        assert checks["pinned_three_times"]["status"] == "skipped"
+        assert checks["pinned_three_times"]["why"] == "small"
+        assert checks["other_device"]["status"] == "ok"
+
+
+class TestBuffersSentThroughCudaIpcAreReturned:
+    """A worker ends through `os._exit`, which runs no deleter: a GPU buffer it received
+    from the main process would never be counted as returned, and the main process would
+    hold the block until it exits (a bench's repeats and pytest run many runs in one)."""
+
+    @pytest.mark.parametrize("fails", [False, True])
+    def test_a_worker_drops_the_slots_it_received_before_it_exits(
+            self, monkeypatch: pytest.MonkeyPatch, fails: bool):
+        import queue
+        import weakref
+
+        from rlcore.runners.asynchronous import vehicles
+
+        monkeypatch.setattr(vehicles, "die_with_parent", lambda *a, **k: None)
+        monkeypatch.setattr(vehicles, "_parent_pid", lambda: 1)
+        monkeypatch.setattr(vehicles, "pin", lambda cfg: None)
+        slots = ws.WeightSlots([("w", (4,), torch.float32)], 2, Threads().locked_array(4),
+                               shared=False)
+        buffer = weakref.ref(slots._buffers[0][torch.float32])
+        inbox: queue.Queue[object] = queue.Queue()
+        ctx = SimpleNamespace(name="rollout0", cpus=None, cfg=None, inbox=inbox, slots=slots)
+
+        def role(c: SimpleNamespace) -> None:
+            if fails:
+                raise RuntimeError("the role failed")
+
+        with pytest.raises(SystemExit) if fails else contextlib.nullcontext():
+            vehicles._process_entry(role, ctx)  # type: ignore[arg-type]
+        assert buffer() is None
+        assert inbox.empty() != fails  # a failure is still reported
+
+    @pytest.mark.parametrize(("processes", "transport", "freed"),
+                             [(True, "device", True), (True, "host", False),
+                              (False, "device", False)])
+    def test_the_main_process_frees_what_it_sent_once_the_workers_ended(
+            self, monkeypatch: pytest.MonkeyPatch, processes: bool, transport: str,
+            freed: bool):
+        from rlcore.runners.asynchronous.runtime import Runtime
+
+        order: list[str] = []
+        rt = object.__new__(Runtime)  # its parts only: building one needs a GPU here
+        rt.watchdog = None
+        rt.v = SimpleNamespace(processes=processes,  # type: ignore[assignment]
+                               end_all=lambda ends: order.append("end_all"))
+        rt.slots = SimpleNamespace(transport=transport,  # type: ignore[assignment]
+                                   close=lambda: order.append("close"),
+                                   release_buffers=lambda: order.append("release"))
+        monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: order.append("ipc_collect"))
+        rt.shutdown()
+        assert order == ["end_all", "close", *(["release", "ipc_collect"] if freed else [])]
+
 
 # CUDA calls that act on whatever device is current, or wait on a whole device
 IMPLICIT = re.compile(r"torch\.cuda\.(Stream|current_stream|Event)\(\)|torch\.cuda\.synchronize\("
@@ -348,3 +555,33 @@ class TestRolesPrepareBeforeTheClockStarts:
         bound.clear()  # the held-out evaluation builds and runs its policy in this thread
         evaluate_run(tmp_path / mode)
         assert bound == {("MainThread", "cpu")}
+
+
+@pytest.mark.parametrize(("role", "lora"), [("rollout", False), ("trainer", False),
+                                           ("trainer", True)])  # the last samples a copy
+def test_a_policy_that_sampled_is_freed_by_its_last_reference(tiny_model_dir: Path,
+                                                               role: str, lora: bool):
+    """A policy in a reference cycle outlives `del` until the cyclic collector runs, and
+    with it its weights, captured graphs and KV buckets on the GPU (`run --eval` loads the
+    evaluation policy beside it)."""
+    import weakref
+
+    from rlcore.config import config_from_dict
+    from rlcore.policy.hf_policy import HFPolicy
+    from rlcore.policy.sampler import Draws
+    from tests.conftest import small_config
+
+    train = {"lora": {"rank": 4}} if lora else {}
+    cfg = config_from_dict(small_config(tiny_model_dir, train=train))
+    gc.collect()
+    gc.disable()  # only reference counts may free it
+    try:
+        policy = HFPolicy(cfg.model, cfg.train, role=role)
+        policy.generate([policy.encode_prompt("1+2=")], max_new_tokens=4, temperature=1.0,
+                        chunk_tokens=4, draws=Draws(0, [(0, 0)]))
+        assert policy._decoders is not None
+        alive = weakref.ref(policy)
+        del policy
+        assert alive() is None
+    finally:
+        gc.enable()

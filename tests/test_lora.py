@@ -8,6 +8,7 @@ import random
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -197,6 +198,21 @@ class TestTraining:
             assert twice[0] == twice[1]  # off outside the update: a forward is deterministic
         assert states[0.0] != states[0.5]
 
+    def test_a_fresh_trainer_recomputes_without_dropout(self, tiny_model_dir: Path):
+        """Before its first update (whose proximal recompute comes first) a trainer holding
+        adapters that move the output (B not zero: a later version, loaded) recomputes
+        deterministically: PEFT makes its dropout modules in train mode."""
+        cfg = lora_config(tiny_model_dir, dropout=0.5)
+        policy = HFPolicy(cfg.model, cfg.train, role="trainer")
+        g = torch.Generator().manual_seed(0)
+        policy.load_state({n: torch.randn(t.shape, generator=g) * 0.1
+                           for n, t in policy.export_state().items()})
+        batch = batch_of(policy)
+        twice = [policy.recompute_logprobs(batch.prompt_ids, batch.response_ids, 1.0)
+                 for _ in range(2)]
+        assert twice[0] == twice[1]
+        assert not [n for n, m in policy.model.named_modules() if m.training]
+
 
 class TestUnmerged:
     """Sampling applies the adapters unmerged (decode_step.py::linear, PEFT's forward), so an
@@ -347,6 +363,62 @@ class TestDelivery:
         slots.read_into([torch.zeros(3)])
         assert slots.last_digest is None
         check_arrival(slots, 0, {"w": torch.zeros(3)}, "rollout0")
+
+    @staticmethod
+    def count_copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        """Every `Tensor.to`, `.cpu` and `.copy_` made from now on, by name."""
+        calls: list[str] = []
+        for name in ("to", "cpu", "copy_"):
+            real = getattr(torch.Tensor, name)
+
+            def counted(self, *a, _real=real, _name=name, **k):  # type: ignore[no-untyped-def]
+                calls.append(_name)
+                return _real(self, *a, **k)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+        return calls
+
+    def test_an_arrival_check_copies_once_per_dtype(self, tiny_model_dir: Path,
+                                                    monkeypatch: pytest.MonkeyPatch):
+        """Each device-to-host copy blocks (behind another role's kernels on a shared
+        stream): a state of adapters is hashed through one per dtype, not one per tensor."""
+        spec = trainable_spec(str(tiny_model_dir), LoraConfig(rank=RANK))
+        assert len({n.split(".layers.")[1].split(".")[0] for n, _, _ in spec}) == 2
+        g = torch.Generator().manual_seed(0)
+        state = {n: torch.randn(shape, generator=g).to(dtype) for n, shape, dtype in spec}
+        slots = SimpleNamespace(last_digest=state_digest(state))
+        calls = self.count_copies(monkeypatch)
+        check_arrival(slots, 1, state, "rollout0")  # type: ignore[arg-type]
+        assert len(state) > 2 and len(calls) == len({t.dtype for t in state.values()}) == 1
+
+    def test_the_digest_is_one_pass_over_each_tensor_s_bytes_in_name_order(
+            self, monkeypatch: pytest.MonkeyPatch):
+        """Grouping the copies by dtype leaves the digest's value as it was: each tensor's
+        name, dtype, shape and bytes, in name order."""
+        import hashlib
+
+        from rlcore.policy import hf_policy
+
+        def by_hand(state: dict[str, torch.Tensor]) -> str:
+            h = hashlib.sha256()
+            for name in sorted(state):
+                t = state[name].contiguous()
+                h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+                h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            return "sha256:" + h.hexdigest()
+
+        g = torch.Generator().manual_seed(1)
+        state = {"b": torch.randn(4, 3, generator=g).t(),  # not contiguous
+                 "a": torch.randn(5, generator=g).half(), "c": torch.randn(2, 2, generator=g),
+                 "d": torch.randn(3, generator=g) > 0, "e": torch.zeros(0, 2),
+                 "f": torch.randn(6, generator=g).bfloat16(), "g": torch.randn(7, generator=g)}
+        expected = by_hand(state)
+        calls = self.count_copies(monkeypatch)
+        assert state_digest(state) == expected
+        assert len(calls) == len({t.dtype for t in state.values()}) == 4
+        monkeypatch.setattr(hf_policy, "DIGEST_COPY_BYTES", 16)  # a copy or more per tensor
+        assert state_digest(state) == expected
+        assert state_digest({**state, "c": state["c"] + 1}) != expected
 
     def test_a_publication_without_its_digest_is_refused(self):
         with pytest.raises(ValueError, match="without its digest"):

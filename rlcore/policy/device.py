@@ -82,6 +82,14 @@ def bind(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
+def own_stream(device: torch.device) -> None:
+    """Bind `device` and give this thread a stream of its own on it (nothing off CUDA): roles
+    that are threads of one process then neither serialise nor wait on each other's work."""
+    if device.type == "cuda":
+        bind(device)
+        torch.cuda.set_stream(torch.cuda.Stream(device))
+
+
 def wait_for(devices: Iterable[torch.device]) -> None:
     """Wait until the work this thread queued on each CUDA device among `devices` has run:
     its current stream on each, never the whole device (nothing off CUDA)."""

@@ -83,10 +83,14 @@ class Bucket:
 
     def capture(self, autocast: Callable[[], AbstractContextManager[Any]], pool: Any) -> None:
         """Record the step as a CUDA graph into the memory pool `pool`, on this bucket's
-        device (the buffers' contents do not matter yet)."""
+        device (the buffers' contents do not matter yet, but for no row being fully masked)."""
         with CAPTURE_LOCK, torch.cuda.device(self.device):
             current = torch.cuda.current_stream(self.device)
             stream = torch.cuda.Stream(self.device)
+            # every row attends to column 0, which the step itself writes: a fully masked row
+            # is NaN under some kernels, and NaN left in keys a later row attends past (even
+            # masked) would poison it. Every batch's refill resets the mask.
+            self.mask[:, 0] = True
             stream.wait_stream(current)
             # the warm-up runs on the stream that captures, so its cuBLAS workspace is set up
             with torch.cuda.stream(stream), torch.no_grad(), autocast():

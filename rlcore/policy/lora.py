@@ -160,9 +160,8 @@ def wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target]) -> Any:
     with torch.no_grad():
         for name, tensor in initial_adapter(chosen, lora.rank).items():
             params[name].copy_(tensor)
-    # PEFT's new dropout layers start in training mode; sampling and recompute must not drop
-    peft_model.train(False)
-    return peft_model
+    # PEFT makes its new dropout layers in training mode; sampling and recompute must not drop
+    return peft_model.train(False)
 
 
 def adapter_params(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:

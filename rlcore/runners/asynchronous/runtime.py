@@ -254,6 +254,11 @@ class Runtime(Lifecycle):
             self.watchdog.done.set()
         super().shutdown()
         self.slots.close()  # after the workers: a thread's copy may still be in flight
+        if self.v.processes and self.slots.transport == "device":
+            # The workers released what they received: free the blocks CUDA IPC kept for
+            # them, which would stay until this process exits (a bench's repeats, pytest)
+            self.slots.release_buffers()
+            torch.cuda.ipc_collect()
 
 
 def role_peaks(stopped: dict[str, Stopped]) -> dict[str, int | None]:

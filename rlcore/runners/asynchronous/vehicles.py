@@ -27,6 +27,7 @@ import torch.multiprocessing  # noqa: F401 - registers the reductions that share
 from rlcore.clock import WALL, Clock
 from rlcore.clock.virtual import MAIN, Cancelled, VirtualClock, VirtualFlag, VirtualQueue
 from rlcore.kernels import pin
+from rlcore.policy.device import own_stream
 from rlcore.runners.asynchronous import forkserver
 from rlcore.runners.asynchronous.health import die_with_parent
 from rlcore.runners.asynchronous.interfaces import (
@@ -64,14 +65,30 @@ def _process_entry(fn: Callable[[L], None], ctx: L) -> None:
     if ctx.cpus is not None:  # before torch starts any thread, so that they inherit it
         os.sched_setaffinity(0, ctx.cpus)
     pin(ctx.cfg)
-    if not _run_role(fn, ctx):
+    ok = _run_role(fn, ctx)
+    release = getattr(getattr(ctx, "slots", None), "release_buffers", None)
+    if release is not None:  # os._exit runs no deleter: its sender would keep what it sent
+        release()
+    if not ok:
         sys.exit(1)
 
 
 def _thread_entry(fn: Callable[[L], None], ctx: L) -> None:
     if ctx.cpus is not None:  # on Linux the affinity of pid 0 is the calling thread's
         os.sched_setaffinity(0, ctx.cpus)
-    _run_role(fn, ctx)
+    _run_role(_on_own_stream(fn), ctx)
+
+
+def _on_own_stream(fn: Callable[[L], None]) -> Callable[[L], None]:
+    """`fn` with its device's stream its own from the start, before it queues any work: on
+    the legacy default stream two role threads would serialise, and each wait of one would
+    wait for the other's kernels too."""
+    def role(ctx: L) -> None:
+        device = getattr(ctx, "device", None)
+        if isinstance(device, torch.device):
+            own_stream(device)
+        fn(ctx)
+    return role
 
 
 class PipeQueue:

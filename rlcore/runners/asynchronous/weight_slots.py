@@ -133,24 +133,34 @@ def check_arrival(slots: WeightStore, version: int, state: Mapping[str, torch.Te
 HOST_MEMORY_ALREADY_REGISTERED = 712
 
 
-def cudart_library() -> ctypes.CDLL | None:
-    """The CUDA runtime this process loaded (torch's), for what its binding lacks; None if
-    none is loaded."""
+MAPS = Path("/proc/self/maps")  # the files this process has mapped, the libraries with them
+DELETED = " (deleted)"  # how the kernel marks a mapped file since removed or replaced
+
+
+def cudart_libraries() -> list[ctypes.CDLL]:
+    """Every CUDA runtime this process loaded (torch's, and any other: a wheel may bundle its
+    own as libcudart-<hash>.so.N), for what torch's binding lacks."""
     try:
-        maps = Path("/proc/self/maps").read_text()
+        maps = MAPS.read_text()
     except OSError:
-        return None
-    paths = sorted({line.split()[-1] for line in maps.splitlines()
-                    if "/libcudart.so" in line.split()[-1]})
-    return ctypes.CDLL(paths[0]) if paths else None
+        return []
+    paths = set()
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)  # address perms offset dev inode path (with spaces)
+        path = fields[5].strip() if len(fields) == 6 else ""
+        path = path.removesuffix(DELETED)  # dlopen finds a loaded library by its name
+        name = path.rsplit("/", 1)[-1]
+        if path.startswith("/") and name.startswith("libcudart") and ".so" in name:
+            paths.add(path)
+    return [ctypes.CDLL(p) for p in sorted(paths)]
 
 
 def clear_cuda_error() -> int:
-    """Read and reset this thread's last CUDA runtime error (0: none). torch's binding of
-    cudaHostRegister leaves a failure's code set, and the next kernel launch in the thread,
-    whatever it is, would then raise it."""
-    lib = cudart_library()
-    return int(lib.cudaGetLastError()) if lib is not None else 0
+    """Read and reset this thread's last CUDA runtime error in every loaded runtime (0: none
+    was set). torch's binding of cudaHostRegister leaves a failure's code set, and the next
+    kernel launch in the thread, whatever it is, would then raise it."""
+    errors = [int(lib.cudaGetLastError()) for lib in cudart_libraries()]
+    return next((e for e in errors if e), 0)
 
 
 class HostPins:
@@ -160,7 +170,9 @@ class HostPins:
     registered leaves the driver a stale registration, which a later registration at the
     reused address meets as error 712)."""
 
-    _lock = threading.Lock()  # one registration or release at a time in the process
+    # One registration or release at a time in the process; reentrant, as a collection
+    # inside `register` may run another slots' finalizer (`_release`) in the same thread
+    _lock = threading.RLock()
 
     def __init__(self) -> None:
         self.buffers: list[torch.Tensor] = []  # registered here, by this object
@@ -302,6 +314,12 @@ class WeightSlots:
         """Undo this process's page-locking of the slots (the slots stay usable as host
         memory); the runtime calls it when the run ends."""
         self._pins.release()
+
+    def release_buffers(self) -> None:
+        """Drop this object's buffers, after its last copy. A GPU buffer received from
+        another process returns to it only when its last reference here dies, which the
+        `os._exit` that ends a worker skips: the sender would hold it until it exits."""
+        self._buffers, self.slots = [], []
 
     def _copy(self, dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
         """One multi-tensor copy, finished before it returns even where it runs on a GPU."""
