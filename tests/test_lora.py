@@ -539,14 +539,78 @@ V100 = "v100x2-qwen0.5b-fp16"
 
 
 class TestPricing:
-    def test_an_adapter_update_a_merge_and_a_digest_have_their_own_terms(self):
-        from rlcore.clock.work import Digest, Merge, Update, terms
+    def test_an_adapter_update_its_products_and_a_digest_have_their_own_terms(self):
+        from rlcore.clock.work import Adapters, Digest, Update, terms
 
         assert terms(Update(tokens=10)) == {"update.call_s": 1, "update.per_token_s": 10}
         assert terms(Update(tokens=10, frozen_base=True)) == {"lora_update.call_s": 1,
                                                               "lora_update.per_token_s": 10}
-        assert terms(Merge(params=7)) == {"merge.call_s": 1, "merge.per_param_s": 7}
+        assert terms(Adapters(steps=3, rows=12, params=7)) == {"adapters.call_s": 3,
+                                                                "adapters.per_param_s": 84}
         assert terms(Digest(nbytes=2_000_000_000)) == {"sha256.call_s": 1, "sha256.per_gb": 2.0}
+
+    def test_a_lora_sampler_charges_its_adapters_beside_each_decode(self, tiny_model_dir: Path):
+        """A decode chunk of a LoRA policy charges `Adapters` for its forward passes' rows at
+        rank x (in + out) over the targets; one of every weight charges the same `Decode`
+        and no `Adapters`."""
+        from transformers import AutoConfig
+
+        from rlcore.clock.work import Adapters, Decode
+        from rlcore.policy.sampler import Draws
+        from tests.test_sampler import Recorder
+
+        conf = AutoConfig.from_pretrained(str(tiny_model_dir))
+        h, layers = conf.hidden_size, conf.num_hidden_layers
+        kv_out = conf.num_key_value_heads * h // conf.num_attention_heads
+        # q_proj: h in, h out; v_proj: h in, the key/value heads' width out
+        params = RANK * ((h + h) + (h + kv_out)) * layers
+        charged = {}
+        for name, targets in (("lora", ["q_proj", "v_proj"]), ("full", None)):
+            cfg = (lora_config(tiny_model_dir, targets=targets) if targets
+                   else config_from_dict(small_config(tiny_model_dir)))
+            policy = HFPolicy(cfg.model, cfg.train, role="rollout")
+            policy.stop_ids = set()  # every row samples every step
+            clock = Recorder()
+            s = policy.sampler([[5, 6, 7]] * 3, max_new_tokens=5, temperature=1.0,
+                               draws=Draws(0, [(i, 0) for i in range(3)]))
+            s.clock = clock
+            s.step(3)  # 3 tokens, a forward after each: 3 passes of 3 rows
+            s.step(3)  # the last 2 tokens, a forward after the first only
+            charged[name] = [w for w in clock.work if isinstance(w, Decode | Adapters)]
+        assert params > 0 and charged["lora"] == [
+            charged["full"][0], Adapters(steps=3, rows=9, params=params),
+            charged["full"][1], Adapters(steps=1, rows=3, params=params)]
+        assert [(d.steps, d.rows) for d in charged["full"]] == [(3, 9), (2, 3)]
+
+    def test_the_planner_s_sampler_charges_them_as_the_live_one(self):
+        from rlcore.clock.work import Adapters, Decode, Work
+        from rlcore.plan.sampler import LengthSampler
+
+        for elements in (0, 1000):
+            work: list[Work] = []
+            s = LengthSampler(work.append, [[1, 1], [2, 2, 2]], [(5, False), (2, True)],
+                              max_new_tokens=5, adapter_elements=elements)
+            s.step(3)
+            s.step(3)
+            decodes = [w for w in work if isinstance(w, Decode)]
+            adapters = [w for w in work if isinstance(w, Adapters)]
+            assert [(d.steps, d.rows) for d in decodes] == [(3, 6), (2, 2)]
+            assert adapters == ([] if not elements else [Adapters(3, 6, 1000),
+                                                         Adapters(1, 2, 1000)])
+
+    def test_a_profile_that_prices_a_merge_says_what_replaced_it(self):
+        import yaml
+
+        from rlcore.clock.profile import HARDWARE_DIR, profile_from_dict
+
+        data = yaml.safe_load((HARDWARE_DIR / f"{V100}.yaml").read_text())
+        data["merge"] = data.pop("adapters")
+        with pytest.raises(ConfigError, match="old.yaml: key merge is no longer read: "
+                                              r"sampling applies LoRA adapters unmerged.*"
+                                              r"`adapters` \(call_s, per_param_s"):
+            profile_from_dict(data, "old.yaml")
+        data.pop("merge")
+        assert profile_from_dict(data, "old.yaml").adapters is None  # optional, as before
 
     def test_a_lora_hand_over_charges_its_digests_and_a_full_one_none(self):
         from rlcore.clock.work import Digest, Weights
@@ -560,19 +624,24 @@ class TestPricing:
 
     def test_the_paper_profile_prices_the_0_5b_adapters(self):
         from rlcore.clock.profile import load_profile
-        from rlcore.clock.work import Digest, Merge, Weights
+        from rlcore.clock.work import Adapters, Digest, Weights
         from rlcore.config import LoraConfig
 
         full = load_profile(V100)
         view = full.under(LoraConfig(rank=8))
-        # by hand, Qwen2.5-0.5B: per layer sum(in + out) over the 7 targets is 22,912 and
-        # sum(in x out) 14,909,440; 24 layers; fp32 adapters
+        # by hand, Qwen2.5-0.5B: per layer sum(in + out) over the 7 targets is 22,912; 24
+        # layers; fp32 adapters
         assert view.model_bytes == 4 * 8 * 22_912 * 24 == 17_596_416
-        assert view.lora_view is not None and view.lora_view.merge_params == 14_909_440 * 24
+        assert view.lora_view is not None
+        assert view.lora_view.adapter_elements == 8 * 22_912 * 24 == 4_399_104
         assert abs(view.model_bytes / (full.model_bytes or 1) - 0.0089) < 1e-4
         copy = view.seconds(Weights("read", 123))  # the run's own bytes do not matter
         assert copy == pytest.approx(0.001 + 17_596_416 / 1e9 / 8.0)
-        assert view.seconds(Merge(params=5)) == pytest.approx(0.0076 + 357_826_560 * 3.2e-11)
+        # the run's own adapters (5 elements) do not matter either: 0.5B's multiply a row
+        assert view.seconds(Adapters(steps=3, rows=10, params=5)) == pytest.approx(
+            3 * 0.020 + 10 * 4_399_104 * 1.6e-13)
+        assert full.under(None).seconds(Adapters(3, 10, 5)) == pytest.approx(
+            3 * 0.020 + 10 * 5 * 1.6e-13)
         assert view.seconds(Digest(123)) == pytest.approx(0.007 + 17_596_416 / 1e9 / 1.0)
         attention = full.under(LoraConfig(rank=1, targets=("q_proj", "v_proj")))
         assert attention.model_bytes == 4 * 1 * ((896 + 896) + (896 + 128)) * 24
@@ -591,7 +660,7 @@ class TestPricing:
         from rlcore.config import LoraConfig
 
         with pytest.raises(ConfigError, match="cpu-2core cannot price train.lora: it has no "
-                                              "lora_update, merge, sha256"):
+                                              "lora_update, adapters, sha256"):
             load_profile("cpu-2core").under(LoraConfig())
         with pytest.raises(ConfigError, match=r"names \['c_attn'\], which hardware profile"):
             load_profile(V100).under(LoraConfig(targets=("q_proj", "c_attn")))
@@ -615,9 +684,9 @@ class TestPricing:
         assert adapted["clock"]["profile_digest"] == view.digest()
         assert full["clock"]["profile_digest"] == load_profile(V100).digest()
         # a version's copies: the adapters of Qwen2.5-0.5B, not its 2 GB
-        read = adapted["scheduling"]["weight_sync"]["reload_s"]  # copy, check, merge
-        assert read == pytest.approx(0.001 + 17_596_416 / 8e9 + 0.007 + 17_596_416 / 1e9
-                                     + 0.0076 + 357_826_560 * 3.2e-11, rel=1e-6)
+        read = adapted["scheduling"]["weight_sync"]["reload_s"]  # copy and check: no merge
+        assert read == pytest.approx(0.001 + 17_596_416 / 8e9 + 0.007 + 17_596_416 / 1e9,
+                                     rel=1e-6)
         assert full["scheduling"]["weight_sync"]["reload_s"] == pytest.approx(
             0.001 + 1_976_131_072 / 8e9, rel=1e-6)
 
@@ -668,7 +737,8 @@ class TestPaperLora:
         view = profile.under(LoraConfig(rank=8))
         assert view.model_bytes == spec_bytes(lora.adapter_spec(chosen, 8))
         assert view.lora_view is not None
-        assert view.lora_view.merge_params == lora.merge_elements(chosen)
+        assert view.lora_view.adapter_elements == lora.adapter_elements(chosen, 8)
+        assert view.lora_view.adapter_elements == spec_bytes(lora.adapter_spec(chosen, 8)) // 4
 
     def test_the_arithmetic_of_what_fits_is_the_model_s(self):
         """The counts config/paper-lora.yaml's header works from are Qwen2.5-3B's."""
@@ -677,7 +747,7 @@ class TestPaperLora:
         header = PAPER_LORA.read_text()
         for count in (sum(p.numel() for p in model.parameters()),
                       spec_bytes(lora.adapter_spec(chosen, 8)) // 4,
-                      lora.merge_elements(chosen)):
+                      sum(t.in_features * t.out_features for t in chosen)):
             assert f"{count:,}" in header, count
 
     def test_it_is_the_paper_s_setup_with_adapters(self):

@@ -38,6 +38,7 @@ from rlcore.clock.virtual import (
     VirtualQueue,
 )
 from rlcore.clock.work import (
+    Adapters,
     Commit,
     Decode,
     Handle,
@@ -610,6 +611,9 @@ class TestCalibrate:
         # the sampler and the update were timed: their prices are positive
         assert loaded.seconds(Decode(steps=1, rows=4, row_context=40)) > 0
         assert loaded.seconds(Update(tokens=100)) > 0
+        # and a LoRA decode step's adapter products, whatever the config's train.lora
+        assert loaded.adapters is not None
+        assert loaded.seconds(Adapters(steps=1, rows=4, params=1000)) > 0
         # what it priced: the config's decode path and transport on this CPU
         assert (loaded.decode_path, loaded.weight_transport, loaded.device_type) == (
             "static", "host", "cpu")

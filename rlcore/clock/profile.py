@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.clock.work import (
+    Adapters,
     Decode,
     Digest,
-    Merge,
     Prefill,
     Reward,
     Update,
@@ -84,17 +84,19 @@ class CopyCost:
 
 
 @dataclasses.dataclass(frozen=True)
-class MergeCost:
-    call_s: float = _f("seconds per merge, whatever its size (a launch or two per target)",
-                       minimum=0)
-    per_param_s: float = _f("seconds per element of the target weights written", minimum=0)
+class AdapterCost:
+    call_s: float = _f("seconds per decode step, whatever its size (the small kernels each "
+                       "target launches)", minimum=0)
+    per_param_s: float = _f("seconds per adapter element per row (the two rank-r products)",
+                            minimum=0)
     gil_share: float = _f("share of these seconds holding the interpreter lock", **_SHARE)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoraView:
-    merge_params: int | None = _f("the target weights' elements a merge writes on the "
-                                  "profile's model; null: the run's own", minimum=1)
+    adapter_elements: int | None = _f("the adapters' elements a row multiplies on the "
+                                      "profile's model, at the run's rank and targets; "
+                                      "null: the run's own", minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,7 @@ class CpuCost:
 
 
 # What runs on a role's accelerator when the roles have one; the rest is host work.
-DEVICE_WORK = (Decode, Prefill, Update, Merge, Weights)
+DEVICE_WORK = (Decode, Prefill, Update, Adapters, Weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,9 +210,9 @@ class HardwareProfile:
         "help": "trainer: one update of low-rank adapters on frozen base weights "
                 "(train.lora: no weight gradients for the base, AdamW over the adapters "
                 "alone); null or absent: the profile prices no LoRA run"})
-    merge: MergeCost | None = dataclasses.field(default=None, metadata={
-        "help": "rollout, and sync after an update: merging a version's adapters into the "
-                "weights sampling reads (`work.py::Merge`); null or absent: the profile "
+    adapters: AdapterCost | None = dataclasses.field(default=None, metadata={
+        "help": "rollout, and sync's sampling: the adapters' products a LoRA decode step "
+                "adds, applied unmerged (`work.py::Adapters`); null or absent: the profile "
                 "prices no LoRA run"})
     sha256: CopyCost | None = dataclasses.field(default=None, metadata={
         "help": "trainer and readers under train.lora: the sha256 of the adapters a version "
@@ -219,8 +221,9 @@ class HardwareProfile:
                 "prices no LoRA run"})
     linear_layers: dict[str, list[int]] | None = dataclasses.field(default=None, metadata={
         "help": "the linear layers of the model these costs are for, by the last part of "
-                "their name: [in, out, how many]. A LoRA run's copies and merges are priced "
-                "at that model's adapters and targets; null or absent: the run's own model's"})
+                "their name: [in, out, how many]. A LoRA run's copies and adapter products "
+                "are priced at that model's adapters at the run's rank and targets; null or "
+                "absent: the run's own model's"})
     lora_view: LoraView | None = dataclasses.field(default=None, metadata={
         "help": "derived by `under`, never set in a file: the profile as a LoRA run sees "
                 "it; null: as a run of every weight"})
@@ -238,6 +241,10 @@ class HardwareProfile:
     def seconds(self, work: Work) -> float:
         """The price of `work` on this hardware: each of its terms (`work.py::terms`) at the
         coefficient of the same name (0 for work it does not price)."""
+        if isinstance(work, Adapters) and self.lora_view is not None \
+                and self.lora_view.adapter_elements is not None:
+            # the profile's model's adapters, not the run's, as `model_bytes` for a copy
+            work = dataclasses.replace(work, params=self.lora_view.adapter_elements)
         return self.seconds_of(terms(work))
 
     def seconds_of(self, work_terms: dict[str, float]) -> float:
@@ -253,9 +260,6 @@ class HardwareProfile:
         if coefficient == "per_gb":  # a copy: its gigabytes, at the profile's bandwidth
             gb = quantity if self.model_bytes is None else self.model_bytes / 1e9
             return float(gb / cost.gb_per_s)
-        if coefficient == "per_param_s" and self.lora_view is not None \
-                and self.lora_view.merge_params is not None:
-            quantity = self.lora_view.merge_params  # the profile's model's, not the run's
         return float(getattr(cost, coefficient) * quantity)
 
     def gil_share(self, work: Work) -> float:
@@ -268,8 +272,8 @@ class HardwareProfile:
             case Update():
                 cost = self.lora_update if work.frozen_base else self.update
                 return cost.gil_share if cost is not None else 1.0
-            case Merge():
-                return self.merge.gil_share if self.merge is not None else 1.0
+            case Adapters():
+                return self.adapters.gil_share if self.adapters is not None else 1.0
             case Digest():
                 return self.sha256.gil_share if self.sha256 is not None else 1.0
             case Weights():
@@ -281,11 +285,11 @@ class HardwareProfile:
 
     def under(self, lora: LoraConfig | None) -> HardwareProfile:
         """The profile as a run with `lora` sees it: its copies are the adapters of the
-        profile's model (`linear_layers`) and its merges write that model's targets.
+        profile's model (`linear_layers`), and so are the adapters its decode steps multiply.
         Refuses a profile that cannot price a LoRA run, saying what it lacks."""
         if lora is None:
             return self
-        lacks = [k for k in ("lora_update", "merge", "sha256") if getattr(self, k) is None]
+        lacks = [k for k in ("lora_update", "adapters", "sha256") if getattr(self, k) is None]
         if self.model_bytes is not None and self.linear_layers is None:
             lacks.append("linear_layers (its model_bytes are of a full model)")
         if lacks:
@@ -300,9 +304,9 @@ class HardwareProfile:
                               f"{self.name}'s model has no linear layer of (its "
                               f"linear_layers: {sorted(self.linear_layers)})")
         chosen = [self.linear_layers[t] for t in lora.targets]
-        return dataclasses.replace(
-            self, model_bytes=sum(4 * lora.rank * (i + o) * n for i, o, n in chosen),
-            lora_view=LoraView(sum(i * o * n for i, o, n in chosen)))
+        elements = sum(lora.rank * (i + o) * n for i, o, n in chosen)
+        return dataclasses.replace(self, model_bytes=4 * elements,  # fp32 adapters
+                                   lora_view=LoraView(elements))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -321,10 +325,10 @@ class HardwareProfile:
 
 # The keys a profile file may leave out (null, as when absent); every other key is required.
 OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
-                 "weight_transport", "device_type", "lora_update", "merge", "sha256",
+                 "weight_transport", "device_type", "lora_update", "adapters", "sha256",
                  "linear_layers", "lora_view")
 # what only a LoRA run's price reads
-LORA_KEYS = ("lora_update", "merge", "sha256", "linear_layers")
+LORA_KEYS = ("lora_update", "adapters", "sha256", "linear_layers")
 
 
 def optional_section(name: str) -> dict[str, float]:
@@ -389,6 +393,12 @@ def load_profile(name_or_path: str) -> HardwareProfile:
 
 def profile_from_dict(data: dict[str, Any], where: str = "(in memory)") -> HardwareProfile:
     """A validated profile from its file's contents; errors name `where` and the key."""
+    # a profile written while rollouts merged each version's adapters into their weights
+    if isinstance(data, dict) and "merge" in data:
+        raise ConfigError(f"hardware profile {where}: key merge is no longer read: sampling "
+                          "applies LoRA adapters unmerged, priced per decode step by "
+                          "`adapters` (call_s, per_param_s, gil_share); replace merge with "
+                          "it (docs/virtual_clock.md) or refit with `rlcore calibrate`")
     errors = validation_errors(profile_schema(), data)
     if errors:
         raise ConfigError(f"hardware profile {where}: " + "; ".join(

@@ -41,11 +41,13 @@ class Update:
 
 
 @dataclass(frozen=True)
-class Merge:
-    """Writing base + adapters' product into the weights sampling reads, once per version
-    (train.lora): `params` is the target layers' weights, in elements."""
+class Adapters:
+    """Low-rank adapters applied unmerged in a generation batch's decode forward passes
+    (train.lora): two rank-r products per target per row, beside the `Decode` they add to."""
 
-    params: int
+    steps: int  # decode forward passes
+    rows: int  # sum over those passes of the batch's rows, as in `Decode`
+    params: int  # the adapters' elements a row multiplies: rank x (in + out) over targets
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class Commit:
     """The parameter service deciding one commit (the version bump, not the weight copy)."""
 
 
-Work = Decode | Prefill | Update | Merge | Weights | Digest | Reward | Handle | Handoff | Commit
+Work = Decode | Prefill | Update | Adapters | Weights | Digest | Reward | Handle | Handoff | Commit
 
 
 def terms(work: Work) -> dict[str, float]:
@@ -109,8 +111,8 @@ def terms(work: Work) -> dict[str, float]:
         case Update():
             section = "lora_update" if work.frozen_base else "update"
             return {f"{section}.call_s": 1, f"{section}.per_token_s": work.tokens}
-        case Merge():
-            return {"merge.call_s": 1, "merge.per_param_s": work.params}
+        case Adapters():
+            return {"adapters.call_s": work.steps, "adapters.per_param_s": work.rows * work.params}
         case Weights():
             section = "weight_write" if work.direction == "write" else "weight_read"
             return {f"{section}.call_s": 1, f"{section}.per_gb": work.nbytes / 1e9}

@@ -20,13 +20,13 @@ import yaml
 
 from rlcore.clock.profile import (
     AcceleratorCost,
+    AdapterCost,
     CommitCost,
     ControllerCost,
     CopyCost,
     CpuCost,
     DecodeCost,
     HardwareProfile,
-    MergeCost,
     RewardCost,
     TokenCost,
 )
@@ -37,9 +37,9 @@ from rlcore.measure.sharing import concurrent_slowdown, decode_work, gil_share, 
 from rlcore.measure.timings import (
     Fit,
     lora_of,
+    time_adapters,
     time_commit,
     time_controller,
-    time_merges,
     time_rewards,
     time_sampling,
     time_updates,
@@ -56,7 +56,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     update = time_updates(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
                                                                              lora=None)), reps)
     lora_update = time_updates(lora_of(cfg), reps)  # every profile can price a LoRA run
-    merge = time_merges(cfg, reps)
+    adapters = time_adapters(cfg, reps)
     write, read, transport = time_weights(cfg, reps)
     sha256 = time_digests(cfg, reps)
     answer_s = time_rewards(cfg, 2000)
@@ -79,7 +79,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         prefill=TokenCost(prefill.coef[0], prefill.coef[1], gil_share=decode_gil),
         update=TokenCost(update.coef[0], update.coef[1], gil_share=update_gil),
         lora_update=TokenCost(lora_update.coef[0], lora_update.coef[1], gil_share=update_gil),
-        merge=MergeCost(merge.coef[0], merge.coef[1], gil_share=update_gil),
+        adapters=AdapterCost(adapters.coef[0], adapters.coef[1], gil_share=decode_gil),
         weight_write=CopyCost(write.coef[0], _bandwidth(write), gil_share=0.1),
         weight_read=CopyCost(read.coef[0], _bandwidth(read), gil_share=0.1),
         # assumed, as for the copies: hashlib lets go of the lock over buffers of 2 KB and more
@@ -92,7 +92,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         host=cpu_name(), kernels=cfg.runtime.kernels, decode_path=decode_path,
         weight_transport=transport, device_type=copies.rollout.type)
     fits = {"decode": decode, "prefill": prefill, "update": update,
-            "lora_update": lora_update, "merge": merge, "weight_write": write,
+            "lora_update": lora_update, "adapters": adapters, "weight_write": write,
             "weight_read": read, "sha256": sha256, "controller": controller}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
                        f"{', '.join(f'{c:.3g}' for c in f.coef)}" for k, f in fits.items())

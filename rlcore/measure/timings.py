@@ -34,6 +34,7 @@ import torch
 from rlcore.clock.clock import WallClock
 from rlcore.clock.work import Decode, Prefill, Update, Work
 from rlcore.config import LoraConfig, RunConfig
+from rlcore.policy.decode_step import Adapter, adapter_product
 from rlcore.policy.device import resolve_device, wait_for
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.sampler import Draws
@@ -66,6 +67,7 @@ GRAPH_BATCHES = (1, 3, 4, 12, 16)
 GRAPH_PROMPTS = (4, 16, 48, 200, 400)
 STEPS = 24  # decode steps per sampler, in chunks of CHUNK
 CHUNK = 4
+ADAPTER_ROWS = (1, 4, 16, 32)  # rows of a decode step whose adapter products are timed
 
 
 class StampClock(WallClock):
@@ -202,30 +204,33 @@ def time_updates(cfg: RunConfig, reps: int) -> Fit:
             clock.mark()
             policy.update(batch, temperature=1.0, current_version=0)
             stamps = clock.take()
-            if rep:  # the update alone: a sync trainer would merge after it
+            if rep:  # the update alone, not the recompute before it
                 points += [(w, s) for w, s in stamps if isinstance(w, Update)]
     return nonneg_lstsq([[1.0, w.tokens] for w, _ in points], [s for _, s in points])
 
 
-def time_merges(cfg: RunConfig, reps: int) -> Fit:
-    """A LoRA rollout's work as a version arrives (`state_loaded`: calls, target elements) on
-    the rollout device, for a few sets of targets; cfg's train.lora gives the rank. The
-    adapters are applied unmerged, so this is what `Merge` is priced by now."""
-    lora = lora_of(cfg).train.lora
-    assert lora is not None
+def time_adapters(cfg: RunConfig, reps: int) -> Fit:
+    """A LoRA decode step's adapter products (`decode_step.py::adapter_product` on every
+    target, one token per row: steps, rows x adapter elements) on the rollout device, at a
+    few row counts; cfg's train.lora, else the default one, gives the rank and targets."""
+    lora_cfg = lora_of(cfg)
     device = resolve_device(cfg.model.rollout_device, "rollout")
-    sets = [lora.targets[:1], lora.targets[: max(1, len(lora.targets) // 2)], lora.targets]
-    points: list[tuple[float, float]] = []
-    for chosen in dict.fromkeys(tuple(s) for s in sets):
-        train = dataclasses.replace(cfg.train, lora=dataclasses.replace(lora, targets=chosen))
-        policy = HFPolicy(cfg.model, train, role="rollout", device=device)
-        for rep in range(3 * reps + 1):
-            wait_for([device])
-            t0 = time.perf_counter()
-            policy.state_loaded()
-            wait_for([device])
-            if rep:
-                points.append((policy.merge_params, time.perf_counter() - t0))
+    policy = HFPolicy(lora_cfg.model, lora_cfg.train, role="rollout", device=device)
+    adapters = [a for a in map(Adapter.of, policy.model.modules()) if a is not None]
+    dtype = policy.sampling_dtype
+    points: list[tuple[int, float]] = []
+    with torch.no_grad(), policy.autocast():
+        for rep in range(3 * reps + 1):  # the first pass warms up and is not fit
+            for rows in ADAPTER_ROWS:
+                hs = [torch.randn(rows, 1, a.a.shape[1], dtype=dtype, device=device)
+                      for a in adapters]
+                wait_for([device])
+                t0 = time.perf_counter()
+                for h, a in zip(hs, adapters, strict=True):
+                    adapter_product(h, a)
+                wait_for([device])
+                if rep:
+                    points.append((rows * policy.adapter_elements, time.perf_counter() - t0))
     return nonneg_lstsq([[1.0, n] for n, _ in points], [s for _, s in points])
 
 

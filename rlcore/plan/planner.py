@@ -18,7 +18,7 @@ from typing import Any
 from rlcore.algo.registry import objective
 from rlcore.clock.profile import HardwareProfile, load_profile
 from rlcore.clock.virtual import VirtualClock
-from rlcore.clock.work import Handle, Merge, Prefill, Reward, Update, Work
+from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
 from rlcore.config import RunConfig
 from rlcore.errors import ConfigError
 from rlcore.plan.controller import PlanController, update_tokens
@@ -42,14 +42,14 @@ class Workload:
     prompt_tokens: dict[str, int]
     lengths: Lengths
     trainable_bytes: int  # of the config's model: a weight copy's size unless the profile sets it
-    merge_params: int  # the config's model's LoRA targets, in elements (0: no train.lora)
+    adapter_elements: int  # the config's model's LoRA adapters (0: no train.lora)
 
 
 def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     """The config's training prompts tokenized by its model's tokenizer, and `lengths` (by
     default a geometric distribution with half of `rollout.max_new_tokens` as its mean)."""
     from rlcore.policy.loading import encode_prompt, load_tokenizer
-    from rlcore.policy.lora import merge_elements, model_targets
+    from rlcore.policy.lora import adapter_elements, model_targets
     from rlcore.policy.model_dir import check_model_dir
     from rlcore.runners.asynchronous.weight_slots import spec_bytes, trainable_spec
     from rlcore.tasks.suites import load_suite
@@ -70,7 +70,7 @@ def workload(cfg: RunConfig, lengths: Lengths | None = None) -> Workload:
     chosen = model_targets(path, lora) if lora is not None else []
     return Workload(tasks, prompt_tokens, lengths.capped(max_new),
                     spec_bytes(trainable_spec(str(path), lora)),
-                    merge_elements(chosen))
+                    adapter_elements(chosen, lora.rank) if lora is not None else 0)
 
 
 def weight_bytes(profile: HardwareProfile, work: Workload) -> int:
@@ -86,7 +86,8 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         total["s"] += profile.seconds(w)
 
     ro, b = cfg.rollout, cfg.train.update_batch_size
-    policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths, work.merge_params)
+    policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths,
+                          work.adapter_elements)
     stream = PromptStream(work.tasks, cfg.seed)
     sampled = trained = 0
     for version in range(cfg.train.updates):
@@ -106,8 +107,6 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
             charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
         lora = cfg.train.lora is not None
         charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches), frozen_base=lora))
-        if lora:  # the sampling copy merges the new adapters
-            charge(Merge(work.merge_params))
         trained += sum(sampler.length(i) for i in range(len(prompts)))
     wall = total["s"]
     return {"wall_s": wall, "updates_per_s": cfg.train.updates / wall if wall else 0.0,
@@ -119,7 +118,7 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
     """An asynchronous run of `cfg` (areal or async mode) on the virtual clock."""
     clock = VirtualClock(profile, seed=cfg.seed, shared_interpreter=cfg.mode == "async")
     p = Plan(cfg, clock, work.tasks, work.prompt_tokens, work.lengths,
-             weight_bytes(profile, work), work.merge_params)
+             weight_bytes(profile, work), work.adapter_elements)
     controller = PlanController(p)
     try:
         p.launch()

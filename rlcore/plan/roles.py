@@ -99,11 +99,12 @@ class Plan(Lifecycle):
 
     def __init__(self, cfg: RunConfig, clock: VirtualClock, tasks: list[Task],
                  prompt_tokens: dict[str, int], lengths: Lengths, weight_bytes: int,
-                 merge_params: int):
+                 adapter_elements: int):
         store = Versions(weight_bytes, digests=carries_digests(cfg))
         super().__init__(cfg, Virtual(clock), store, {"rollout": CPU, "trainer": CPU}, cpus={})
         self.tasks = tasks
-        self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths, merge_params)
+        self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths,
+                                   adapter_elements)
         self.tally = Tally()
 
     def launch(self, roles: Roles | None = None) -> None:

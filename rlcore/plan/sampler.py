@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from rlcore.clock.work import Decode, Prefill, Work
+from rlcore.clock.work import Adapters, Decode, Prefill, Work
 from rlcore.plan.lengths import Lengths
 from rlcore.policy.sampler import Draws, Generation
 from rlcore.tasks.suites import Task
@@ -21,8 +21,10 @@ class LengthSampler:
     (length, finished) drawn instead of sampled. Its responses are that many zeros."""
 
     def __init__(self, charge: Callable[[Work], None], prompt_ids: Sequence[Sequence[int]],
-                 draws: Sequence[tuple[int, bool]], max_new_tokens: int, version: int = 0):
+                 draws: Sequence[tuple[int, bool]], max_new_tokens: int, version: int = 0,
+                 adapter_elements: int = 0):
         self.charge, self.max_new_tokens = charge, max_new_tokens
+        self.adapter_elements = adapter_elements  # as the policy's: 0 without train.lora
         self.prompt_ids = prompt_ids
         self.rows = len(prompt_ids)
         self.width = max(len(p) for p in prompt_ids)  # left-padded to the longest prompt
@@ -61,7 +63,7 @@ class LengthSampler:
 
     def step(self, n_tokens: int) -> int:
         """Up to n_tokens more steps; returns the tokens sampled (rows still running)."""
-        sampled = steps = rows = row_context = 0
+        sampled = steps = forwards = rows = row_context = 0
         if self.done:
             return 0
         self.chunks += 1
@@ -75,9 +77,12 @@ class LengthSampler:
             if self.done:
                 break  # as the live sampler: no forward pass after the last token
             self.logits_version = self.version
+            forwards += 1
             rows += self.rows
             row_context += self.rows * (self.width + self.steps)
         self.charge(Decode(steps=steps, rows=rows, row_context=row_context))
+        if self.adapter_elements:
+            self.charge(Adapters(steps=forwards, rows=rows, params=self.adapter_elements))
         return sampled
 
     def reprefill(self, version: int) -> None:
@@ -101,10 +106,10 @@ class LengthPolicy:
     device = torch.device("cpu")
 
     def __init__(self, charge: Callable[[Work], None], tasks: Sequence[Task],
-                 prompt_tokens: dict[str, int], lengths: Lengths, merge_params: int):
-        """`merge_params`: the config's model's LoRA targets, in elements (0: no LoRA)."""
+                 prompt_tokens: dict[str, int], lengths: Lengths, adapter_elements: int):
+        """`adapter_elements`: the config's model's LoRA adapters, in elements (0: no LoRA)."""
         self.charge, self.prompt_tokens, self.lengths = charge, prompt_tokens, lengths
-        self.merge_params = merge_params
+        self.adapter_elements = adapter_elements
         self.index = {t.prompt: i for i, t in enumerate(tasks)}
         self.task_ids = [t.task_id for t in tasks]
 
@@ -126,4 +131,5 @@ class LengthPolicy:
             raise ValueError("a plan draws its lengths from the rows' (slot, attempt) keys")
         lengths = [self.lengths.draw(draws.seed, slot, attempt, self.task_ids[ids[0]])
                    for ids, (slot, attempt) in zip(prompt_ids, draws.keys, strict=True)]
-        return LengthSampler(self.charge, prompt_ids, lengths, max_new_tokens, version)
+        return LengthSampler(self.charge, prompt_ids, lengths, max_new_tokens, version,
+                             self.adapter_elements)

@@ -71,8 +71,13 @@ def linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     out = F.linear(h, weight, bias)
     if adapter is None:
         return out
+    return (out + adapter_product(h, adapter)).to(out.dtype)
+
+
+def adapter_product(h: torch.Tensor, adapter: Adapter) -> torch.Tensor:
+    """alpha / rank * B (A h), with h cast to the adapters' dtype (what `Adapters` prices)."""
     x = h if h.dtype == adapter.a.dtype else h.to(adapter.a.dtype)
-    return (out + F.linear(F.linear(x, adapter.a), adapter.b) * adapter.scale).to(out.dtype)
+    return F.linear(F.linear(x, adapter.a), adapter.b) * adapter.scale
 
 
 @dataclass(frozen=True)

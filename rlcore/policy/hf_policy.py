@@ -22,7 +22,7 @@ from transformers.utils import logging as hf_logging
 from rlcore.algo.objectives import Correction, Inputs, Knobs, LossStats
 from rlcore.algo.registry import objective
 from rlcore.clock import WALL, Clock
-from rlcore.clock.work import Merge, Prefill, Update
+from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
@@ -30,9 +30,9 @@ from rlcore.policy.graphs import prepared_spans
 from rlcore.policy.loading import LOAD_DTYPE, encode_prompt, load_model, load_tokenizer
 from rlcore.policy.lora import (
     BaseId,
+    adapter_elements,
     adapter_params,
     dropout_draws,
-    merge_elements,
     peft_base_state,
     read_adapter,
     rollout_wrap,
@@ -149,7 +149,9 @@ class HFPolicy:
         # over, and what every forward applies unmerged over the frozen base)
         self.lora = train_cfg.lora
         self.targets = targets(self.model, self.lora) if self.lora is not None else []
-        self.merge_params = merge_elements(self.targets)
+        # what a decode step's adapter products multiply per row (0: no adapters)
+        self.adapter_elements = (adapter_elements(self.targets, self.lora.rank)
+                                 if self.lora is not None else 0)
         self.adapter: dict[str, torch.Tensor] | None = None
         if role == "rollout":
             if self.lora is not None:
@@ -320,8 +322,7 @@ class HFPolicy:
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, parts, prox_all, temperature=temperature, current_version=current_version))
         if lora and self._decoders is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
-            # sync samples next: the clock prices a version's arrival at the sampling weights
-            clock.compute(Merge(self.merge_params), self.state_loaded)
+            self.state_loaded()  # sync samples next, from the sampling copy if it has one
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals

@@ -113,9 +113,9 @@ def adapter_spec(chosen: list[Target], rank: int) -> list[tuple[str, tuple[int, 
     return spec
 
 
-def merge_elements(chosen: list[Target]) -> int:
-    """The target weights' elements a merge writes (what `Merge` prices)."""
-    return sum(t.in_features * t.out_features for t in chosen)
+def adapter_elements(chosen: list[Target], rank: int) -> int:
+    """The adapters' elements a row multiplies in a forward pass (what `Adapters` prices)."""
+    return sum(rank * (t.in_features + t.out_features) for t in chosen)
 
 
 def initial_adapter(chosen: list[Target], rank: int) -> dict[str, torch.Tensor]:
@@ -275,7 +275,7 @@ def read_adapter(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "BASE_FILE", "BaseId", "Target",
-           "adapter_params", "adapter_spec", "dropout_draws",
-           "initial_adapter", "is_adapter_dir", "merge_elements",
+           "adapter_elements", "adapter_params", "adapter_spec", "dropout_draws",
+           "initial_adapter", "is_adapter_dir",
            "model_targets", "peft_base_state", "read_adapter", "rollout_wrap", "save_adapter",
            "scale", "targets", "wrap"]

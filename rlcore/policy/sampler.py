@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import torch
 
 from rlcore.clock import WALL, Clock
-from rlcore.clock.work import Decode, Prefill
+from rlcore.clock.work import Adapters, Decode, Prefill
 from rlcore.policy.decoders import Decoders, stop_tensor
 
 
@@ -44,6 +44,11 @@ class SamplingPolicy(Protocol):
 
     @property
     def stop_ids(self) -> Collection[int]: ...
+
+    @property
+    def adapter_elements(self) -> int:
+        """The LoRA adapters' elements a row multiplies per decode step; 0 without them."""
+        ...
 
 
 def token_uniform(seed: int, slot: int, attempt: int, position: int) -> float:
@@ -255,8 +260,12 @@ class ChunkedSampler:
             works = works[:steps - 1]
         else:
             steps = len(toks)
-        self.clock.charge(Decode(steps=steps, rows=sum(r for r, _ in works),
+        rows = sum(r for r, _ in works)
+        self.clock.charge(Decode(steps=steps, rows=rows,
                                  row_context=sum(r * c for r, c in works)))
+        if self.policy.adapter_elements:  # train.lora: each forward's products, unmerged
+            self.clock.charge(Adapters(steps=len(works), rows=rows,
+                                       params=self.policy.adapter_elements))
         return sampled
 
     def _record(self, toks: list[torch.Tensor], logps: list[torch.Tensor],

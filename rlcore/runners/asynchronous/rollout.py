@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from rlcore.clock.work import Handoff, Merge
+from rlcore.clock.work import Handoff
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.generation import Chunked, generate
 from rlcore.policy.hf_policy import HFPolicy
@@ -62,12 +62,6 @@ class RolloutPolicy(Protocol):
     def state_tensors(self) -> dict[str, torch.Tensor]: ...
 
     def state_loaded(self) -> None: ...
-
-    @property
-    def merge_params(self) -> int:
-        """Elements of the target weights (train.lora): what the clock prices a version's
-        arrival by."""
-        ...
 
     def sampler(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
                 temperature: float, draws: Draws | None, version: int = 0) -> Sampling: ...
@@ -144,8 +138,6 @@ def reload(ctx: RolloutContext, policy: RolloutPolicy, params: list[torch.Tensor
     t0 = clock.now()
     v = load_current(ctx, policy, params)
     charge_copy(clock, ctx.slots, "read")
-    if ctx.cfg.train.lora is not None:  # the clock prices the adapters' arrival as a merge
-        clock.charge(Merge(policy.merge_params))
     out.events.append(Event("weight_reload", clock.now(), {
         "worker": ctx.name, "version": v, "reload_s": clock.now() - t0}))
     return v
