@@ -249,7 +249,8 @@ class HardwareProfile:
 
     def seconds_of(self, work_terms: dict[str, float]) -> float:
         """The price of work given as its terms and quantities (a span's `work` in
-        events.jsonl, `work.py::terms`); a section the profile leaves out costs nothing."""
+        events.jsonl, `work.py::terms`); a section the profile leaves out costs nothing.
+        Adapter products are priced at the elements recorded, not a `lora_view`'s."""
         return sum(self._term_s(key, quantity) for key, quantity in work_terms.items())
 
     def _term_s(self, key: str, quantity: float) -> float:

@@ -52,9 +52,11 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     and a report of each term's fit."""
     pin(cfg)
     copies = weight_copies(cfg)  # shared memory too small for the slots: refused before timing
-    decode, prefill, decode_path = time_sampling(cfg, reps)
-    update = time_updates(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
-                                                                             lora=None)), reps)
+    # decode, prefill and update of every weight: a LoRA run's products and adapter updates
+    # are priced apart (`adapters`, `lora_update`), so they are timed apart
+    full = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lora=None))
+    decode, prefill, decode_path = time_sampling(full, reps)
+    update = time_updates(full, reps)
     lora_update = time_updates(lora_of(cfg), reps)  # every profile can price a LoRA run
     adapters = time_adapters(cfg, reps)
     write, read, transport = time_weights(cfg, reps)
