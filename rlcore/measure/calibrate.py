@@ -52,8 +52,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     and a report of each term's fit."""
     pin(cfg)
     copies = weight_copies(cfg)  # shared memory too small for the slots: refused before timing
-    # decode, prefill and update of every weight: a LoRA run's products and adapter updates
-    # are priced apart (`adapters`, `lora_update`), so they are timed apart
+    # decode, prefill and update of every weight: a LoRA run's decode products and adapter
+    # updates are priced apart (`adapters`, `lora_update`), so they are timed apart
     full = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lora=None))
     decode, prefill, decode_path = time_sampling(full, reps)
     update = time_updates(full, reps)
