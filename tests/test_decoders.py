@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlcore.config import ConfigError, RunConfig
+from rlcore.policy import decoders as decoders_mod
 from rlcore.policy.decoders import (
     HFDecoder,
     StaticDecoder,
@@ -34,6 +36,17 @@ def qwen2(heads: int, kv_heads: int, attn: str = "sdpa", seed: int = 0) -> Qwen2
                          tie_word_embeddings=True, pad_token_id=0)
     config._attn_implementation = attn
     return Qwen2ForCausalLM(config).eval()
+
+
+def llama(heads: int, kv_heads: int, seed: int = 0) -> LlamaForCausalLM:
+    """A random two-layer Llama (no attention biases) with the given head grouping."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, max_position_embeddings=128,
+                         tie_word_embeddings=True, pad_token_id=0)
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config).eval()
 
 
 def batch(lengths: list[int], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,10 +77,12 @@ def advance(decoders: tuple[HFDecoder, StaticDecoder], tok: torch.Tensor) -> Non
 
 
 class TestStaticDecoderMatchesTransformers:
+    @pytest.mark.parametrize("arch", [qwen2, llama], ids=["qwen2", "llama"])
     @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (4, 4), (4, 1)])
     @pytest.mark.parametrize("lengths", [[3, 7, 5, 7], [6, 6, 6]], ids=["padded", "even"])
-    def test_logits_bit_for_bit(self, heads: int, kv_heads: int, lengths: list[int]):
-        model = qwen2(heads, kv_heads)
+    def test_logits_bit_for_bit(self, arch: Any, heads: int, kv_heads: int,
+                                lengths: list[int]):
+        model = arch(heads, kv_heads)
         decoders = both(model, lengths, steps=20)
         assert torch.equal(decoders[0].refill(), decoders[1].refill())
         g = torch.Generator().manual_seed(2)
@@ -221,6 +236,22 @@ class TestResolve:
         assert resolve_decode("auto", qwen2(4, 2)) == "static"
         assert resolve_decode("auto", qwen2(4, 2, attn="eager")) == "hf"
         assert resolve_decode("hf", qwen2(4, 2)) == "hf"
+
+    def test_a_llama_is_mirrored_unless_its_mlp_has_biases(self):
+        assert resolve_decode("auto", llama(4, 2)) == "static"
+        model = llama(4, 2)
+        model.config.mlp_bias = True
+        assert "biases" in (static_unsupported(model) or "")
+
+    def test_auto_says_once_why_it_falls_back_to_transformers(
+            self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setattr(decoders_mod, "_SAID", set())
+        model = qwen2(4, 2, attn="eager")
+        for _ in range(3):
+            assert resolve_decode("auto", model) == "hf"
+        err = capsys.readouterr().err
+        assert err.count("samples through transformers' own decoding") == 1
+        assert "eager" in err
 
     def test_static_on_a_model_it_cannot_mirror_says_what_to_set(self):
         assert "eager" in (static_unsupported(qwen2(4, 2, attn="eager")) or "")

@@ -22,6 +22,7 @@ logits after it (`forward`). Three decoders:
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -66,11 +67,20 @@ def static_unsupported(model: torch.nn.Module) -> str | None:
     return config_unsupported(getattr(model, "config", None), type(model).__name__)
 
 
+# The decoders the static step mirrors, by their config's model_type. A Llama layer is a
+# Qwen2 layer without the attention biases (and, in Llama 3's configs, another rotary
+# embedding, which the rope check below refuses).
+STATIC_MODELS = {"qwen2": "Qwen2", "llama": "Llama"}
+
+
 def config_unsupported(cfg: Any, name: str) -> str | None:
     """Why `StaticDecoder` cannot mirror a model of config `cfg` (a transformers config, or
     None), named `name`; None when it can."""
-    if cfg is None or getattr(cfg, "model_type", None) != "qwen2":
-        return f"it mirrors Qwen2 decoders only, and this model is {name}"
+    if cfg is None or getattr(cfg, "model_type", None) not in STATIC_MODELS:
+        return (f"it mirrors {' and '.join(STATIC_MODELS.values())} decoders only, and this "
+                f"model is {name}")
+    if getattr(cfg, "mlp_bias", False):
+        return "it mirrors MLPs without biases, and this model's have them"
     if cfg._attn_implementation != "sdpa":
         return f"it mirrors sdpa attention, and this model uses {cfg._attn_implementation}"
     if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
@@ -88,10 +98,17 @@ def resolve_decode(decode: str, model: torch.nn.Module) -> str:
     return decode_for(decode, static_unsupported(model), next(model.parameters()).device)
 
 
+_SAID: set[str] = set()  # the fallbacks to `hf` this process has reported
+
+
 def decode_for(decode: str, why: str | None, device: torch.device) -> str:
     """`resolve_decode`'s rule for a model on `device` that the static step cannot mirror
     for the reason `why` (None: it can)."""
     if decode == "auto":
+        if why and why not in _SAID:
+            _SAID.add(why)  # once a process: every role and evaluation resolves it
+            print(f"rlcore: model.decode auto samples through transformers' own decoding, "
+                  f"slower than the static step, because {why}", file=sys.stderr)
         return "hf" if why else "graph" if device.type == "cuda" else "static"
     if decode in ("static", "graph") and why:
         raise ConfigError(f"model.decode is '{decode}' but {why}: set model.decode: hf "
