@@ -17,9 +17,10 @@ import torch
 from rlcore.cli import main
 from rlcore.config import ConfigError, LoraConfig, RunConfig, config_from_dict
 from rlcore.errors import DeliveryFailed, WorkerFailed
-from rlcore.policy import lora
+from rlcore.policy import digest, lora
 from rlcore.policy.decode_step import Weights
-from rlcore.policy.hf_policy import HFPolicy, state_digest
+from rlcore.policy.digest import state_digest
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.train_batch import TrainBatch
 from rlcore.record.rundir import read_jsonl, validate_summary
 from rlcore.replay.replayer import replay_run
@@ -397,7 +398,6 @@ class TestDelivery:
         name, dtype, shape and bytes, in name order."""
         import hashlib
 
-        from rlcore.policy import hf_policy
 
         def by_hand(state: dict[str, torch.Tensor]) -> str:
             h = hashlib.sha256()
@@ -416,7 +416,7 @@ class TestDelivery:
         calls = self.count_copies(monkeypatch)
         assert state_digest(state) == expected
         assert len(calls) == len({t.dtype for t in state.values()}) == 4
-        monkeypatch.setattr(hf_policy, "DIGEST_COPY_BYTES", 16)  # a copy or more per tensor
+        monkeypatch.setattr(digest, "DIGEST_COPY_BYTES", 16)  # a copy or more per tensor
         assert state_digest(state) == expected
         assert state_digest({**state, "c": state["c"] + 1}) != expected
 

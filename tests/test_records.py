@@ -133,7 +133,7 @@ def test_the_ledger_refuses_an_event_outside_the_vocabulary(cfg, tmp_path: Path)
 def test_state_digest_sees_every_bit_and_name_but_not_dict_order():
     import torch
 
-    from rlcore.policy.hf_policy import state_digest
+    from rlcore.policy.digest import state_digest
 
     a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.5])}
     assert state_digest(a) == state_digest({"b": a["b"].clone(), "w": a["w"].clone()})
@@ -153,7 +153,7 @@ def test_summary_digest_is_the_saved_policy_and_repeats_for_sync(tiny_model_dir:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlcore.policy.hf_policy import state_digest
+    from rlcore.policy.digest import state_digest
 
     cfg = config_from_dict(small_config(tiny_model_dir, train={"updates": 3}))
     first = sync_train(cfg, tmp_path / "a")
@@ -173,7 +173,7 @@ def test_every_mode_digests_the_policy_it_saved(runs: dict[str, Path], mode: str
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlcore.policy.hf_policy import state_digest
+    from rlcore.policy.digest import state_digest
 
     summary = json.loads((runs[mode] / "summary.json").read_text())
     saved = AutoModelForCausalLM.from_pretrained(runs[mode] / "policy", dtype=torch.float32)

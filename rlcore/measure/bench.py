@@ -189,7 +189,7 @@ def bench_weight_sync(params: dict[str, torch.Tensor], reps: int = 50,
 
     For a small model each step takes microseconds, and the best of a few reps still
     carries scheduler noise; 50 make the ratio repeat to about 0.05."""
-    from rlcore.policy.hf_policy import state_digest
+    from rlcore.policy.digest import state_digest
     from rlcore.runners.asynchronous.messages import CommitRequest
     from rlcore.runners.asynchronous.param_service import ParamService
     from rlcore.runners.asynchronous.vehicles import Processes

@@ -16,7 +16,7 @@ import torch
 from rlcore.config import ConfigError, RunConfig
 from rlcore.measure.timings import Fit, lora_of, nonneg_lstsq
 from rlcore.policy.device import resolve_device, resolve_transport, wait_for
-from rlcore.policy.hf_policy import state_digest
+from rlcore.policy.digest import state_digest
 from rlcore.runners.asynchronous.vehicles import Threads
 from rlcore.runners.asynchronous.weight_slots import (
     ParamSpec,

@@ -34,6 +34,7 @@ import torch
 
 from rlcore.config import ConfigError
 from rlcore.config.run import LoraConfig
+from rlcore.policy.digest import state_digest
 from rlcore.policy.sampling_weights import hold
 
 PREFIX = "base_model.model."  # PEFT's name for the wrapped model, in its saved adapters
@@ -220,8 +221,6 @@ class BaseId:
     def of(cls, model: torch.nn.Module, model_dir: str | Path) -> BaseId:
         """The base of `model` (PEFT-wrapped or not) as loaded from `model_dir`: uncast, so
         every role, save and load agrees on it whatever dtype a role holds it in."""
-        from rlcore.policy.hf_policy import state_digest
-
         state = peft_base_state(model)
         dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in state.values()})
         files = tuple(sorted(p.name for p in Path(model_dir).glob("*.safetensors")))

@@ -30,8 +30,9 @@ import torch
 from rlcore.config import RunConfig
 from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device
+from rlcore.policy.digest import state_digest
 from rlcore.policy.generation import generate
-from rlcore.policy.hf_policy import HFPolicy, state_digest
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.optim_steps import skipped_steps
 from rlcore.policy.sampler import ChunkedSampler, Draws
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger

@@ -63,7 +63,7 @@ def verdict(req: CommitRequest, ack: CommitAck, commit_s: float) -> UpdateDone:
 def param_service_main(ctx: ParamServiceContext) -> None:
     """Process entry: load the initial weights (or train.lora's initial adapters) into
     slot 0, then serve commits until None."""
-    from rlcore.policy.hf_policy import state_digest
+    from rlcore.policy.digest import state_digest
     from rlcore.policy.loading import load_model
     from rlcore.policy.lora import initial_adapter, model_targets
     from rlcore.policy.model_dir import check_model_dir

@@ -27,7 +27,8 @@ from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
 from rlcore.policy.device import peak_gpu_bytes
-from rlcore.policy.hf_policy import HFPolicy, state_digest
+from rlcore.policy.digest import state_digest
+from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.optim_steps import commit_verdict
 from rlcore.record.schedule import TrainerOp
 from rlcore.runners.asynchronous.contexts import TrainerContext

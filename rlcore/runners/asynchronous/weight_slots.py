@@ -40,7 +40,7 @@ from rlcore.clock.work import Digest, Weights, Work
 from rlcore.config import ConfigError, LoraConfig, RunConfig
 from rlcore.errors import DeliveryFailed
 from rlcore.policy.device import wait_for
-from rlcore.policy.hf_policy import state_digest
+from rlcore.policy.digest import state_digest
 from rlcore.policy.lora import adapter_spec, model_targets
 from rlcore.runners.asynchronous.interfaces import LockedArray, WeightStore
 
