@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from rlcore.clock.work import Decode
 from rlcore.config import RunConfig
 from rlcore.policy.decoders import HFDecoder, cache_keyword
 from rlcore.policy.generation import generate
@@ -71,10 +73,12 @@ def test_chunked_sampling_raises_no_deprecation_warning(cfg: RunConfig, swap: st
 
 
 class Recorder:
-    """A clock that keeps what is charged to it, in order."""
+    """A clock that keeps what is charged to it, in order; `decode_path` names what its
+    profile prices (None: no profile, as the wall clock)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode_path: str | None = None) -> None:
         self.work: list[object] = []
+        self.profile = None if decode_path is None else SimpleNamespace(decode_path=decode_path)
 
     def charge(self, work: object) -> None:
         self.work.append(work)
@@ -128,3 +132,24 @@ def test_a_late_finish_records_and_charges_the_same(cfg: RunConfig,
         assert late[:3] == (rows, work, steps)
         if chunk > 1:  # the decoder ran past the finish
             assert late[3] > context
+
+
+def test_a_profile_that_prices_captured_steps_is_charged_their_buckets(cfg: RunConfig):
+    """A virtual run of a GPU whose captured step its profile prices: each step is charged
+    the bucket it would compute there, whatever this machine's decoder computes."""
+    policy = policy_for(cfg)
+    policy.stop_ids = set()  # every step decodes: 3 forwards after the first token
+    ids = [policy.encode_prompt(p) for p in PROMPTS[:3]]  # 3 rows: a bucket of 4
+    width = max(len(i) for i in ids)
+    charged = {}
+    for path in (None, "graph"):
+        clock = Recorder(path)
+        s = ChunkedSampler(policy, ids, max_new_tokens=4, temperature=1.0,
+                           draws=Draws(3, [(i, 0) for i in range(3)]), clock=clock)
+        s.step(4)
+        (decode,) = [w for w in clock.work if isinstance(w, Decode)]
+        charged[path] = (decode.steps, decode.rows, decode.row_context)
+    # the batch's own: 3 rows over width + 1, + 2, + 3 columns
+    assert charged[None] == (4, 9, 3 * (3 * width + 6))
+    # the bucket's: 4 rows over a span of 128, three times
+    assert charged["graph"] == (4, 12, 3 * 4 * 128)

@@ -104,7 +104,8 @@ class Plan(Lifecycle):
         super().__init__(cfg, Virtual(clock), store, {"rollout": CPU, "trainer": CPU}, cpus={})
         self.tasks = tasks
         self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths,
-                                   adapter_elements)
+                                   adapter_elements,
+                                   getattr(clock.profile, "decode_path", None) == "graph")
         self.tally = Tally()
 
     def launch(self, roles: Roles | None = None) -> None:

@@ -12,6 +12,7 @@ import torch
 
 from rlcore.clock.work import Adapters, Decode, Prefill, Work
 from rlcore.plan.lengths import Lengths
+from rlcore.policy.graphs import captured_work
 from rlcore.policy.sampler import Draws, Generation
 from rlcore.tasks.suites import Task
 
@@ -22,8 +23,10 @@ class LengthSampler:
 
     def __init__(self, charge: Callable[[Work], None], prompt_ids: Sequence[Sequence[int]],
                  draws: Sequence[tuple[int, bool]], max_new_tokens: int, version: int = 0,
-                 adapter_elements: int = 0):
+                 adapter_elements: int = 0, captured: bool = False):
         self.charge, self.max_new_tokens = charge, max_new_tokens
+        self.captured = captured  # a step is charged its bucket, as ChunkedSampler's under a
+        # profile that prices captured steps
         self.adapter_elements = adapter_elements  # as the policy's: 0 without train.lora
         self.prompt_ids = prompt_ids
         self.rows = len(prompt_ids)
@@ -78,8 +81,12 @@ class LengthSampler:
                 break  # as the live sampler: no forward pass after the last token
             self.logits_version = self.version
             forwards += 1
-            rows += self.rows
-            row_context += self.rows * (self.width + self.steps)
+            if self.captured:
+                r, span = captured_work(self.rows, self.width + self.max_new_tokens)
+                rows, row_context = rows + r, row_context + r * span
+            else:
+                rows += self.rows
+                row_context += self.rows * (self.width + self.steps)
         self.charge(Decode(steps=steps, rows=rows, row_context=row_context))
         if self.adapter_elements:
             self.charge(Adapters(steps=forwards, rows=rows, params=self.adapter_elements))
@@ -106,10 +113,12 @@ class LengthPolicy:
     device = torch.device("cpu")
 
     def __init__(self, charge: Callable[[Work], None], tasks: Sequence[Task],
-                 prompt_tokens: dict[str, int], lengths: Lengths, adapter_elements: int):
-        """`adapter_elements`: the config's model's LoRA adapters, in elements (0: no LoRA)."""
+                 prompt_tokens: dict[str, int], lengths: Lengths, adapter_elements: int,
+                 captured: bool = False):
+        """`adapter_elements`: the config's model's LoRA adapters, in elements (0: no LoRA);
+        `captured`: the profile prices captured decode steps (`decode_path: graph`)."""
         self.charge, self.prompt_tokens, self.lengths = charge, prompt_tokens, lengths
-        self.adapter_elements = adapter_elements
+        self.adapter_elements, self.captured = adapter_elements, captured
         self.index = {t.prompt: i for i, t in enumerate(tasks)}
         self.task_ids = [t.task_id for t in tasks]
 
@@ -132,4 +141,4 @@ class LengthPolicy:
         lengths = [self.lengths.draw(draws.seed, slot, attempt, self.task_ids[ids[0]])
                    for ids, (slot, attempt) in zip(prompt_ids, draws.keys, strict=True)]
         return LengthSampler(self.charge, prompt_ids, lengths, max_new_tokens, version,
-                             self.adapter_elements)
+                             self.adapter_elements, self.captured)

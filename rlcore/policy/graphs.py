@@ -51,6 +51,13 @@ def span_bucket(columns: int) -> int:
     return -(-columns // SPAN_STEP) * SPAN_STEP
 
 
+def captured_work(rows: int, columns: int) -> tuple[int, int]:
+    """The rows a captured step computes for a batch of `rows` rows whose prompt and
+    response take `columns` columns, and the columns each attends to: its bucket's (a
+    narrower span than its own is never captured, a wider one may be)."""
+    return rows_bucket(rows), span_bucket(columns)
+
+
 def prepared_spans(widths: Sequence[int], max_new_tokens: int) -> list[int]:
     """The KV spans a run captures ahead, widest first: those of its prompts' widths at
     SPAN_QUANTILES (nearest rank) with `max_new_tokens` on top."""

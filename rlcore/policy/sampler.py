@@ -26,6 +26,7 @@ import torch
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Adapters, Decode, Prefill
 from rlcore.policy.decoders import Decoders, stop_tensor
+from rlcore.policy.graphs import captured_work
 
 
 class SamplingPolicy(Protocol):
@@ -181,6 +182,7 @@ class ChunkedSampler:
             [[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=dev
         )  # [B, width]
         self.decoder = policy.decoders.new(ids, mask, max_new_tokens)
+        self.span = width + max_new_tokens  # the columns a captured step's bucket must hold
         self.stop = stop_tensor(policy.stop_ids, dev)
         self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
         self.steps = 0
@@ -202,6 +204,15 @@ class ChunkedSampler:
     def length(self, row: int) -> int:
         """Response tokens the row has so far."""
         return len(self.gens[row].response_ids)
+
+    def _work(self) -> tuple[int, int]:
+        """What the clock charges a decode step: the decoder's own rows and columns; under a
+        profile that prices a captured step (a virtual run of another device), the bucket
+        the step would compute there."""
+        profile = self.clock.profile
+        if profile is not None and profile.decode_path == "graph":
+            return captured_work(self.rows, self.span)
+        return self.decoder.work()
 
     def _prefill(self) -> torch.Tensor:
         tokens = self.rows * self.decoder.context
@@ -253,7 +264,7 @@ class ChunkedSampler:
                 break
             self.next_logits = self.decoder.forward()
             self.logits_version = self.version
-            works.append(self.decoder.work())
+            works.append(self._work())
         sampled, steps = self._record(toks, logps, live, versions)
         if steps is not None:  # every row finished at this step: no forward after it
             self.steps -= len(toks) - steps  # those run past it, if seen late, are dropped
