@@ -254,7 +254,7 @@ class TestNoRowIsEverFullyMasked:
         model = Qwen2ForCausalLM(config).eval()
         kw = cache_keyword(model)
         pool = GraphPool(model, contextlib.nullcontext, kw)
-        pool.prepare([3], columns=16)  # warm-up and capture under the fake
+        pool.prepare([3], [16])  # warm-up and capture under the fake
         (bucket,) = pool.buckets.values()
         bucket.graph = None  # the fake records no kernels: the batches run the step eagerly
         for rows, width in ((3, 6), (4, 2)):  # row 3 is padding, then a real row
