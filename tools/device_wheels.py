@@ -36,6 +36,9 @@ NEEDED = [
     # reward.verifier math and calibrate's math timing: without them each check's worker
     # dies on its import and is respawned
     "math-verify", "latex2sympy2_extended", "antlr4-python3-runtime",
+    # `rlcore fetch-model`'s GGUF reader (pure Python, 0.2 MB): no stage runs it, but
+    # rlcore/policy/packaged.py imports it
+    "gguf",
 ]
 # The Python packages of the GPU machine's image, 'cuda' (/work/.library/device/KINDS.md,
 # "Python packages already there", read 2026-11-17).
