@@ -215,6 +215,54 @@ class TestTraining:
         assert not [n for n, m in policy.model.named_modules() if m.training]
 
 
+def test_two_roles_wrapping_at_once_keep_the_warning_filters_and_the_generator(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """The threaded runner's rollout and trainer wrap their models at once; each wrap
+    silences one warning and forks the global generator, so each must restore what it saw,
+    not what the other saved."""
+    import threading
+    import time
+    import warnings
+
+    import peft
+    from transformers import AutoModelForCausalLM
+
+    real = peft.get_peft_model
+    first = threading.Event()
+
+    def slow(model: Any, config: Any) -> Any:  # both inside at once, the first out first
+        late = first.is_set()
+        first.set()
+        time.sleep(0.6 if late else 0.3)
+        warnings.warn("`is_gradient_checkpointing` is deprecated", FutureWarning,
+                      stacklevel=2)
+        torch.rand(1)  # PEFT's initialisation draws
+        return real(model, config)
+
+    monkeypatch.setattr(peft, "get_peft_model", slow)
+    models = [AutoModelForCausalLM.from_pretrained(tiny_model_dir) for _ in range(2)]
+    chosen = lora.targets(models[0], LoraConfig(rank=2))
+    failed: list[BaseException] = []
+
+    def role(i: int) -> None:
+        time.sleep(0.1 * i)
+        try:
+            lora.wrap(models[i], LoraConfig(rank=2), chosen)
+        except BaseException as e:
+            failed.append(e)
+
+    before = torch.get_rng_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        threads = [threading.Thread(target=role, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not failed, failed
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 class TestUnmerged:
     """Sampling applies the adapters unmerged (decode_step.py::linear, PEFT's forward), so an
     update below half an ulp of an fp16 base is not rounded away."""

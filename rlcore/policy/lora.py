@@ -24,6 +24,7 @@ import contextlib
 import json
 import math
 import re
+import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -142,6 +143,9 @@ def peft_config(lora: LoraConfig, chosen: list[Target], base_path: str = "") -> 
                           base_model_name_or_path=base_path)
 
 
+_WRAP_LOCK = threading.Lock()
+
+
 def wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target]) -> Any:
     """The trainer's PEFT model around `model` (changed in place: its targets become LoRA
     layers over the same frozen weights), holding the initial adapters."""
@@ -149,8 +153,10 @@ def wrap(model: torch.nn.Module, lora: LoraConfig, chosen: list[Target]) -> Any:
 
     device = next(model.parameters()).device
     # PEFT's own initialisation draws from the global generators; the adapters are replaced
-    # at once, and nothing else a run draws may move
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+    # at once, and nothing else a run draws may move. The generators' state and the warning
+    # filters are the process's: the threaded runner's roles wrap at once, and each restores
+    # what it saved, so one at a time, or one would restore over the other's.
+    with _WRAP_LOCK, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
             warnings.catch_warnings():
         # PEFT asks transformers 5 a question by its old name; the answer is the same
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
