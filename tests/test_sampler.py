@@ -78,7 +78,8 @@ class Recorder:
 
     def __init__(self, decode_path: str | None = None) -> None:
         self.work: list[object] = []
-        self.profile = None if decode_path is None else SimpleNamespace(decode_path=decode_path)
+        self.profile = None if decode_path is None else SimpleNamespace(
+            decode_path=decode_path, prices_captured_steps=decode_path == "graph")
 
     def charge(self, work: object) -> None:
         self.work.append(work)

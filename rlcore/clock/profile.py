@@ -284,6 +284,11 @@ class HardwareProfile:
                 return self.reward.gil_share
         return 1.0  # the controller, the service and a hand-off are Python through and through
 
+    @property
+    def prices_captured_steps(self) -> bool:
+        """Its decode prices are a captured step's, which computes its whole bucket."""
+        return self.decode_path == "graph"
+
     def under(self, lora: LoraConfig | None) -> HardwareProfile:
         """The profile as a run with `lora` sees it: its copies are the adapters of the
         profile's model (`linear_layers`), and so are the adapters its decode steps multiply.

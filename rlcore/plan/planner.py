@@ -87,7 +87,7 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
 
     ro, b = cfg.rollout, cfg.train.update_batch_size
     policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths,
-                          work.adapter_elements, profile.decode_path == "graph")
+                          work.adapter_elements, profile.prices_captured_steps)
     stream = PromptStream(work.tasks, cfg.seed)
     sampled = trained = 0
     for version in range(cfg.train.updates):

@@ -103,9 +103,9 @@ class Plan(Lifecycle):
         store = Versions(weight_bytes, digests=carries_digests(cfg))
         super().__init__(cfg, Virtual(clock), store, {"rollout": CPU, "trainer": CPU}, cpus={})
         self.tasks = tasks
+        captured = clock.profile is not None and clock.profile.prices_captured_steps
         self.policy = LengthPolicy(clock.charge, tasks, prompt_tokens, lengths,
-                                   adapter_elements,
-                                   getattr(clock.profile, "decode_path", None) == "graph")
+                                   adapter_elements, captured)
         self.tally = Tally()
 
     def launch(self, roles: Roles | None = None) -> None:

@@ -43,7 +43,6 @@ from rlcore.policy.lora import (
 from rlcore.policy.model_dir import check_model_dir
 from rlcore.policy.optim_steps import (
     SKIPPED_STEPS,
-    STEPS,
     check_skip_streak,
     optimizer_step,
     step_means,
@@ -276,8 +275,6 @@ class HFPolicy:
         lora = self.lora is not None
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, parts, prox_all, temperature=temperature, current_version=current_version))
-        if lora and self._decoders is not None and totals[SKIPPED_STEPS] < totals[STEPS]:
-            self.state_loaded()  # sync samples next, from the sampling copy if it has one
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals
@@ -321,8 +318,7 @@ class HFPolicy:
                          applied))
         totals = step_means(done)
         if totals[SKIPPED_STEPS] < len(done):
-            if self.lora is None:  # under LoRA the arrival is priced apart (`update`)
-                self.state_loaded()
+            self.state_loaded()  # sync samples next, from the sampling copy if it has one
         else:
             check_skip_streak(self.skipped_in_a_row, self.scaler)
         return totals

@@ -183,6 +183,9 @@ class ChunkedSampler:
         )  # [B, width]
         self.decoder = policy.decoders.new(ids, mask, max_new_tokens)
         self.span = width + max_new_tokens  # the columns a captured step's bucket must hold
+        # a virtual run of a device whose captured step its profile prices: charged the
+        # bucket the step would compute there, whatever this machine's decoder computes
+        self.captured = clock.profile is not None and clock.profile.prices_captured_steps
         self.stop = stop_tensor(policy.stop_ids, dev)
         self.done_rows = torch.zeros(len(prompt_ids), dtype=torch.bool, device=dev)
         self.steps = 0
@@ -206,13 +209,9 @@ class ChunkedSampler:
         return len(self.gens[row].response_ids)
 
     def _work(self) -> tuple[int, int]:
-        """What the clock charges a decode step: the decoder's own rows and columns; under a
-        profile that prices a captured step (a virtual run of another device), the bucket
-        the step would compute there."""
-        profile = self.clock.profile
-        if profile is not None and profile.decode_path == "graph":
-            return captured_work(self.rows, self.span)
-        return self.decoder.work()
+        """What the clock charges a decode step: the decoder's own rows and columns, or the
+        captured step's bucket (`self.captured`)."""
+        return captured_work(self.rows, self.span) if self.captured else self.decoder.work()
 
     def _prefill(self) -> torch.Tensor:
         tokens = self.rows * self.decoder.context
