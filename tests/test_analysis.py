@@ -23,6 +23,7 @@ from rlcore.analysis.tables import (
     load_runs,
     mean_ci95,
     read_runs,
+    run_row,
     table1,
     to_markdown,
     write_runs,
@@ -141,6 +142,26 @@ def test_the_runs_table_keeps_every_value_and_its_type(tmp_path: Path,
     back = read_runs(tmp_path / "runs.parquet")
     assert back == runs  # in table order, None (no threshold, no eval) and bools kept
     assert read_runs(tmp_path / "runs.parquet", replays=True) == []
+
+
+def test_a_run_gains_over_the_base_only_on_the_same_scored_tasks(tmp_path: Path):
+    fake_run(tmp_path, "sync", 0, "pg", 0, heldout=None, ttt=1.0, preset="none")
+    run_dir = tmp_path / "wall/sync/none/k0/pg/seed0"
+    tasks = [{"task_id": t} for t in ("1+2", "3+4")]
+    (run_dir / "eval.json").write_text(json.dumps(
+        {"sampled_pass_rate": 0.5, "greedy_pass_rate": 1.0, "samples_per_task": 2,
+         "per_task": tasks}))
+    base = {"sampled_pass_rate": 0.125, "greedy_pass_rate": 0.5, "samples_per_task": 2,
+            "per_task": tasks}
+    base_file = tmp_path / "eval_base.json"
+    base_file.write_text(json.dumps(base))
+    write_runs(tmp_path / "runs.parquet", [run_dir], base_file)
+    (row,) = read_runs(tmp_path / "runs.parquet")
+    assert (row["heldout_gain"], row["heldout_greedy_gain"]) == (0.375, 0.5)
+    # other tasks, or as many tasks sampled a different number of times: no gain to state
+    for other in ({**base, "per_task": tasks[::-1]}, {**base, "samples_per_task": 4}):
+        assert run_row(run_dir, other)["heldout_gain"] is None
+    assert run_row(run_dir)["heldout_greedy_gain"] is None
 
 
 def test_load_runs(runs: list[dict[str, Any]]):

@@ -189,6 +189,9 @@ class TestChecks:
         (lambda d: (d.update(build_base=False),
                     d["run"].setdefault("model", {}).update(path="models/not-built")),
          "is not a Hugging Face model directory"),
+        (lambda d: d.update(build_base="smollm2-135m"),
+         "build_base 'smollm2-135m' names no packaged model: use one of "
+         "smollm2-135m-instruct"),
         (lambda d: d["grid"]["blocks"][1].update(presets=["papr"]),
          "names preset 'papr', which is not in presets ['none', 'paper']"),
         (lambda d: d["grid"]["blocks"][0].update(ks=[0, 2]), "sync is on-policy"),
@@ -220,7 +223,7 @@ class TestChecks:
          "claims[2] (T3) is on metric 'short_bias', which sesoi does not give a delta"),
         (lambda d: d.update(reported={"T9": {"figure": "0.2"}}),
          "reported.T9 names no claim of `claims` (T1, T2, T3)"),
-    ], ids=["missing-model", "unknown-preset", "sync-k", "k-axis", "unknown-profile",
+    ], ids=["missing-model", "unknown-package", "unknown-preset", "sync-k", "k-axis", "unknown-profile",
             "profile-named-wall", "run-clock", "k-axis-clock", "no-wall-block",
             "replays-select-nothing", "window", "claim-arm", "claim-replay-arm",
             "preset-task-file", "claim-sesoi", "reported-id"])

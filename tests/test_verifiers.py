@@ -84,6 +84,14 @@ def test_math_verdicts(gold: str, response: str, expected: bool):
     ("exact", "1,104", False),
     ("exact", "the answer is 1104", False),
     ("math", "1104.0", True),
+    ("stated", "1104", True),                   # alone
+    ("stated", "**1,104**.", True),             # alone, bold, closing period
+    ("stated", "23 * 48 = 1104, so", True),     # right after the first '='
+    ("stated", "23 times 48 equals 1104.", True),
+    ("stated", "The answer is: 1104", True),
+    ("stated", "23 * 48 = 1000 + 104 = 1104", False),  # the first '=' states 1000
+    ("stated", "we multiply 23 by 48 and get 1104", False),  # stated by no marker
+    ("stated", "23 * 48 = about", False),
 ])
 def test_each_verifier_judges_by_its_rule(verifier: Any, response: str, expected: bool):
     cfg = RewardConfig(verifier=verifier)

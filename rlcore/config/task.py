@@ -66,11 +66,17 @@ class TaskConfig:
     )
 
 
+# How a response is judged (rlcore.tasks.reward.evaluate_response).
+Verifier = Literal["last_integer", "stated", "exact", "math", "code"]
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    verifier: Literal["last_integer", "exact", "math", "code"] = _f(
+    verifier: Verifier = _f(
         "last_integer", "How a response is judged (docs/tasks.md): last_integer (the last "
         "integer in it equals the answer; a non-integer answer must equal the whole response), "
+        "stated (the integer it states as its answer, alone or right after its first '=', "
+        "'equals' or 'answer is', equals the answer), "
         "exact (the stripped response equals the answer), math (math-verify: the response's "
         "boxed or last answer is equivalent to the answer; in worker processes), code (the "
         "task's tests against the response's code, in the sandbox).",

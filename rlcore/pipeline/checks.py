@@ -152,8 +152,17 @@ def check_claims(config: dict[str, Any]) -> None:
 
 
 def check_model_path(config: dict[str, Any]) -> None:
-    """A given model (build_base: false) must be whole before any job starts."""
-    if config["build_base"]:
+    """A packaged model (build_base: NAME) must be one rlcore knows; a given one (build_base:
+    false) must be whole before any job starts."""
+    from rlcore.policy.packaged import PACKAGED
+
+    build = config["build_base"]
+    if isinstance(build, str) and build not in PACKAGED:
+        raise ConfigError(
+            f"build_base '{build}' names no packaged model: use one of "
+            f"{', '.join(sorted(PACKAGED))} (`rlcore fetch-model`), true for the embedded "
+            "tiny model, or false for a model directory given at run.model.path")
+    if build is not False:
         return
     path = config["run"]["model"]["path"]
     missing = missing_model_files(path)

@@ -6,6 +6,10 @@
   without one fails. Taking the last number lets instruct models show their working ("3+4 is
   7, so the answer is 7") while a bare "7" from the tiny model is the same. A non-integer
   reference must equal the whole stripped response.
+- `stated`: for an integer reference, the integer the response states as its answer, as a
+  person reads it: the response alone (a number, maybe bold, with a closing period), else the
+  number right after its first `=`, `equals`, `is equal to` or `answer is`. A response that
+  states none fails, so a truncated or rambling one is not credited for a number it passes.
 - `exact`: the stripped response equals the stripped reference.
 - `math`: math-verify judges the response's boxed or last answer equivalent to the reference
   (`1/2`, `0.5` and `\\frac{1}{2}` alike), in worker processes under `reward.timeout_sec`
@@ -48,6 +52,9 @@ from rlcore.tasks.suites import Task, TaskSuite, load_suite
 
 SLOW_VERIFIERS = ("code", "math")  # scored off the caller's path, in RewardPool's threads
 _INT = re.compile(r"-?\d[\d,]*")
+_ALONE = re.compile(r"\s*[*$]*\s*(-?\d[\d,]*)\s*[*$]*\s*\.?\s*[*$]*\s*")
+_STATES = re.compile(r"=|\bequals\b|\bis equal to\b|\banswer is\b", re.IGNORECASE)
+_STATED = re.compile(r"\s*:?\s*[*$]*\s*(-?\d[\d,]*)")
 
 
 def parse_answer(response_text: str) -> str | None:
@@ -60,6 +67,16 @@ def parse_answer(response_text: str) -> str | None:
         return str(int(digits))
     except ValueError:
         return None
+
+
+def stated_answer(response_text: str) -> str | None:
+    """The integer a response states as its answer (its whole text, or the number right after
+    its first '=', 'equals', 'is equal to' or 'answer is'), normalised, or None."""
+    alone = _ALONE.fullmatch(response_text)
+    if alone is None:
+        marker = _STATES.search(response_text)
+        alone = _STATED.match(response_text, marker.end()) if marker else None
+    return parse_answer(alone.group(1)) if alone else None
 
 
 def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: int = 0
@@ -87,7 +104,10 @@ def evaluate_response(response_text: str, task: Task, cfg: RewardConfig, slot: i
     elif cfg.verifier == "last_integer" and _INT.fullmatch(reference):
         parsed = parse_answer(response_text)
         ok = parsed is not None and parsed == parse_answer(reference)
-    else:  # exact, or last_integer with a non-integer reference: the whole stripped response
+    elif cfg.verifier == "stated" and _INT.fullmatch(reference):
+        parsed = stated_answer(response_text)
+        ok = parsed is not None and parsed == parse_answer(reference)
+    else:  # exact, or last_integer or stated with a non-integer reference: the whole response
         parsed = response_text.strip()
         ok = parsed == reference
     return {
@@ -107,7 +127,7 @@ def mismatch(task: Task, verifier: str) -> str | None:
         return (f"task '{task.task_id}' is a code task (it has tests): set reward.verifier "
                 f"to 'code' (it is '{verifier}')")
     return (f"task '{task.task_id}' is an answer task: reward.verifier 'code' runs code tasks' "
-            "tests; set it to last_integer, exact or math")
+            "tests; set it to last_integer, stated, exact or math")
 
 
 def check_suite(task_cfg: TaskConfig, cfg: RewardConfig, *, golds: bool = True) -> TaskSuite:

@@ -6,6 +6,7 @@ rule runs_table:
         evals=all_runs("eval.json"),
         replay_summaries=all_replays("summary.json"),
         replay_evals=all_replays("eval.json"),
+        base_eval=base_eval_file(),
     output:
         RUNS_TABLE,
     log:

@@ -24,4 +24,4 @@ rule base_model:
     params:
         code=BASE_CODE,
     shell:
-        "rlcore build-base {output} --config {input.config} --force > {log} 2>&1"
+        base_command()

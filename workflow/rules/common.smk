@@ -1,6 +1,7 @@
 # The config checked once, the grid's points, and the input functions that turn them into
 # paths. The grid and the checks are rlcore.pipeline's (tested without Snakemake); the paths
 # are rlcore.record.identity's patterns, whose fields are the wildcards.
+import dataclasses
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ from rlcore.algo import registry as objectives
 from rlcore.config import MODES, config_from_dict
 from rlcore.config.renamed import PIPELINE_RENAMES, upgrade
 from rlcore.pipeline.checks import check_pipeline
+from rlcore.policy.packaged import PACKAGED
 from rlcore.pipeline.grid import (
     block_priorities,
     build_config,
@@ -120,8 +122,18 @@ def hardware_input(wildcards):
 
 
 def base_settings():
-    """What the base model depends on: the tiny model's and the task suite's settings."""
+    """What the base model depends on: the tiny model's and the task suite's settings, or
+    the packaged model's name and pinned wheel."""
+    if isinstance(config["build_base"], str):
+        return {"packaged": dataclasses.asdict(PACKAGED[config["build_base"]])}
     return {"base": config["run"]["base"], "task": config["run"]["task"]}
+
+
+def base_command():
+    """The shell command that puts the base model at {output}: built, or fetched."""
+    if isinstance(config["build_base"], str):
+        return f"rlcore fetch-model {config['build_base']} {{output}} --force > {{log}} 2>&1"
+    return "rlcore build-base {output} --config {input.config} --force > {log} 2>&1"
 
 
 def model_path():
@@ -130,7 +142,7 @@ def model_path():
 
 def base_input(wildcards):
     """The base model directory when the pipeline builds it (the embedded tiny model)."""
-    return [model_path()] if config["build_base"] else []
+    return [model_path()] if config["build_base"] is not False else []
 
 
 # What a job holds of the machine (`threads:` and the `gpu` resource of runs and replays). A
@@ -328,6 +340,9 @@ def claims_outputs():
 
 
 def all_outputs():
+    planned = config["figures"]["plan"]
+    plans = [f"{R}/plans/k_sweep.json"] if planned else []
+    plan_figures = PLAN_FIGURES if planned else ()
     return [
         *all_runs("eval.json"),
         *replay_outputs(),
@@ -337,11 +352,11 @@ def all_outputs():
         f"{R}/tables/k_sweep.md",
         f"{R}/tables/quality_vs_k.csv",
         f"{R}/tables/quality_vs_k.md",
-        f"{R}/plans/k_sweep.json",
+        *plans,
         *claims_outputs(),
         *(
             f"{R}/figures/{name}.{ext}"
-            for name in FIGURES + TRACE_FIGURES + PLAN_FIGURES
+            for name in FIGURES + TRACE_FIGURES + plan_figures
             for ext in ("png", "svg")
         ),
     ]
