@@ -133,8 +133,8 @@ def read_events(out: Path) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def live_run(config: Path, out: Path, log: Path, *extra: str
-             ) -> Iterator[tuple[subprocess.Popen, Workers]]:
+def live_run(config: Path, out: Path, log: Path, *extra: str,
+             names: tuple[str, ...] = WORKERS) -> Iterator[tuple[subprocess.Popen, Workers]]:
     """`rlcore run` in a subprocess, yielded once every worker is ready and one update has
     been committed; on the way out the run and every process it started are killed."""
     workers = Workers()
@@ -148,7 +148,7 @@ def live_run(config: Path, out: Path, log: Path, *extra: str
             events = read_events(out)
             ready = {e["worker"]: e["pid"] for e in events if e["type"] == "worker_ready"}
             committed = any(e["type"] == "version_change" for e in events)
-            if set(ready) == set(WORKERS) and committed:
+            if set(ready) == set(names) and committed:
                 break
             assert proc.poll() is None, (
                 f"the run ended (code {proc.returncode}) before its first commit:\n"
@@ -200,6 +200,36 @@ def test_killed_worker_stops_the_run(tiny_model_dir: Path, tmp_path: Path, victi
         assert not (out / "summary.json").exists()
         assert workers.wait_gone(proc, GONE_TIMEOUT_S) == []
     # what the run did record before the kill is still there to read
+    assert any(e["type"] == "version_change" for e in read_events(out))
+
+
+# A trainer of two ranks beside two rollout workers: a rank, rank 0 or one of the workers
+# killed ends the run as any worker does, no rank left waiting at a collective.
+SPREAD = ("param_service", "rollout0", "rollout1", "trainer0", "trainer0_rank1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["trainer0_rank1", "trainer0", "rollout1"])
+def test_killed_rank_or_one_of_several_workers_stops_the_run(tiny_model_dir: Path,
+                                                             tmp_path: Path, victim: str):
+    config = write_config(tmp_path, tiny_model_dir, mode="areal", **ENDLESS,
+                          model={"rollout_device": "cpu", "trainer_device": "cpu"},
+                          runtime={"rollout_workers": 2, "trainer_ranks": 2,
+                                   "collective_timeout_s": 60})
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    with live_run(config, out, log, names=SPREAD) as (proc, workers):
+        victim_pid = workers.pids[victim]
+        t0 = time.monotonic()
+        kill_and_wait(proc, victim_pid)
+        # far within the collectives' timeout: the watchdog saw the death, not a wait end
+        assert time.monotonic() - t0 < 15
+        stderr = log.read_text()
+        assert proc.returncode == 1, stderr
+        assert f"rlcore: error: worker '{victim}' failed (pid {victim_pid}, killed by signal 9)" \
+            in stderr, stderr
+        assert "Traceback" not in stderr, stderr
+        assert not (out / "summary.json").exists()
+        assert workers.wait_gone(proc, GONE_TIMEOUT_S) == []
     assert any(e["type"] == "version_change" for e in read_events(out))
 
 

@@ -223,8 +223,8 @@ class TestChecks:
          "claims[2] (T3) is on metric 'short_bias', which sesoi does not give a delta"),
         (lambda d: d.update(reported={"T9": {"figure": "0.2"}}),
          "reported.T9 names no claim of `claims` (T1, T2, T3)"),
-    ], ids=["missing-model", "unknown-package", "unknown-preset", "sync-k", "k-axis", "unknown-profile",
-            "profile-named-wall", "run-clock", "k-axis-clock", "no-wall-block",
+    ], ids=["missing-model", "unknown-package", "unknown-preset", "sync-k", "k-axis",
+            "unknown-profile", "profile-named-wall", "run-clock", "k-axis-clock", "no-wall-block",
             "replays-select-nothing", "window", "claim-arm", "claim-replay-arm",
             "preset-task-file", "claim-sesoi", "reported-id"])
     def test_what_the_schema_cannot_say_is_refused_with_the_fix(

@@ -21,6 +21,33 @@ from rlcore.errors import ConfigError
 from rlcore.tasks.registry import SUITES
 
 
+def _validate_ranks(cfg: RunConfig, smallest: int) -> None:
+    """A data-parallel trainer: one trainer of processes on CPU, and a group for every rank
+    in each minibatch of the smallest batch the run may train."""
+    rt, t = cfg.runtime, cfg.train
+    if rt.trainer_ranks == 1:
+        return
+    where = f"runtime.trainer_ranks ({rt.trainer_ranks})"
+    if cfg.mode != "areal":
+        raise ConfigError(f"{where} needs mode 'areal' (one process per rank); mode "
+                          f"'{cfg.mode}' trains in one process: set trainer_ranks to 1")
+    if rt.trainer_workers > 1:
+        raise ConfigError(f"{where} and runtime.trainer_workers ({rt.trainer_workers}) do not "
+                          "combine: racing trainers each propose their own updates, a "
+                          "trainer's ranks one; set one of them to 1")
+    if rt.clock == "virtual":
+        raise ConfigError(f"{where}: the virtual clock prices one trainer process; run "
+                          "ranks on the wall clock")
+    part = smallest // t.minibatches
+    groups = -(-part // cfg.rollout.group_size)
+    if groups < rt.trainer_ranks:
+        raise ConfigError(
+            f"{where}: the smallest minibatch this run may train ({part} samples = (update_"
+            f"batch_size - group_size + 1) // minibatches) may hold only {groups} groups of "
+            f"up to {cfg.rollout.group_size}, and every rank needs one: raise "
+            "train.update_batch_size or lower train.minibatches or trainer_ranks")
+
+
 def _validate_semantics(cfg: RunConfig) -> None:
     """Rules that cross fields and so cannot live in the schema."""
     t = cfg.train
@@ -41,6 +68,7 @@ def _validate_semantics(cfg: RunConfig) -> None:
             f"groups ({smallest} = update_batch_size - group_size + 1) mode '{cfg.mode}' "
             "may train: a minibatch would be empty"
         )
+    _validate_ranks(cfg, smallest)
     reads_files = SUITES.get(cfg.task.suite).reads_files
     if reads_files and not (cfg.task.train_path and cfg.task.heldout_path):
         raise ConfigError(f"task.suite '{cfg.task.suite}' reads task files: set "

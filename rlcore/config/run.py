@@ -224,6 +224,17 @@ class RuntimeConfig:
     trainer_workers: int = _f(
         1, "areal/async: trainer workers (commits from a stale base are skipped).", minimum=1
     )
+    trainer_ranks: int = _f(
+        1, "areal: data-parallel ranks of the trainer, each a process holding the whole "
+        "policy: they split every batch by whole groups, balanced by tokens, and sum their "
+        "gradients before each optimizer step (gloo on CPU; docs/placement.md). With one "
+        "trainer only.", minimum=1, maximum=64,
+    )
+    collective_timeout_s: float = _f(
+        60.0, "areal, trainer_ranks above 1: longest wait of a rank for the others, at their "
+        "rendezvous and at every gradient sum; past it the run fails, naming the rank.",
+        exclusiveMinimum=0,
+    )
     start_timeout_s: float = _f(
         600.0, "areal/async: longest wait for every worker to load its model.", exclusiveMinimum=0
     )

@@ -23,6 +23,7 @@ from rlcore.algo.registry import objective
 from rlcore.clock import WALL, Clock
 from rlcore.clock.work import Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
+from rlcore.policy.data_parallel import RankGroup, shard_groups, token_share
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.digest import state_digest
@@ -134,6 +135,8 @@ class HFPolicy:
         ) if self.trainable else None
         self.scaler = torch.amp.GradScaler("cuda") if self.use_fp16 else None
         self.skipped_in_a_row = 0  # optimizer steps the scaler skipped since one applied
+        # a data-parallel trainer's ranks (rlcore.policy.data_parallel): None, one trains all
+        self.ranks: RankGroup | None = None
 
     # --- text ---------------------------------------------------------------------------
     def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]:
@@ -255,35 +258,55 @@ class HFPolicy:
     def update(self, batch: TrainBatch, *, temperature: float, current_version: int
                ) -> dict[str, float]:
         """One policy update (train.minibatches optimizer steps); returns mean stats, step
-        counts and times, from which `commit_verdict` says whether it commits."""
+        counts and times, from which `commit_verdict` says whether it commits. With ranks,
+        this rank's share of it."""
         cfg, clock = self.train_cfg, self.clock
         t0 = clock.now()
-        prox_all = None
-        if self.objective.needs_prox:
-            # AReaL eq. 3: the proximal policy is the one before this update's first step.
-            prox_all = clock.compute(
-                Prefill(calls=1, tokens=padded_tokens(batch)),
-                lambda: self.recompute_logprobs(batch.prompt_ids, batch.response_ids,
-                                                temperature))
-        t_prox = clock.now() - t0
         n = len(batch)
         # Near-equal parts: a batch of whole groups may be short of update_batch_size, and no
         # sample may fall outside every minibatch.
         parts = [list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
                  for m in range(cfg.minibatches)]
-        tokens = sum(padded_tokens(batch.select(idx)) for idx in parts)
+        shares = None if self.ranks is None else [self._share(batch, idx) for idx in parts]
+        mine = parts if shares is None else [idx for idx, _ in shares]
+        prox_all: list[list[float]] | None = None
+        if self.objective.needs_prox:
+            # AReaL eq. 3: the proximal policy is the one before this update's first step;
+            # a rank recomputes its own samples'
+            rows = sorted(i for idx in mine for i in idx)
+            part = batch.select(rows)
+            recomputed = clock.compute(
+                Prefill(calls=1, tokens=padded_tokens(part)),
+                lambda: self.recompute_logprobs(part.prompt_ids, part.response_ids,
+                                                temperature))
+            prox_all = [[] for _ in range(n)]
+            for i, lp in zip(rows, recomputed, strict=True):
+                prox_all[i] = lp
+        t_prox = clock.now() - t0
+        tokens = sum(padded_tokens(batch.select(idx)) for idx in mine)
         lora = self.lora is not None
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
-            batch, parts, prox_all, temperature=temperature, current_version=current_version))
+            batch, mine, prox_all, temperature=temperature, current_version=current_version,
+            weights=None if shares is None else [w for _, w in shares]))
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals
 
+    def _share(self, batch: TrainBatch, part: list[int]) -> tuple[list[int], float]:
+        """This rank's samples of a part of the batch, and its share of the part's tokens."""
+        assert self.ranks is not None
+        groups = [batch.groups()[i] for i in part]
+        tokens = [len(batch.response_ids[i]) for i in part]
+        shard = shard_groups(groups, tokens, self.ranks.world)[self.ranks.rank]
+        return [part[j] for j in shard], token_share(shard, tokens)
+
     def _steps(self, batch: TrainBatch, parts: list[list[int]],
                prox_all: list[list[float]] | None, *, temperature: float,
-               current_version: int) -> dict[str, float]:
+               current_version: int, weights: list[float] | None = None) -> dict[str, float]:
         """An update's optimizer steps, one per part of the batch; returns the means of their
-        stats over the steps applied (over every step when none was) and the step counts."""
+        stats over the steps applied (over every step when none was) and the step counts.
+        With ranks, `parts` are this rank's shares and `weights` their shares of the tokens:
+        each loss is weighted by its share and the gradients summed over the ranks."""
         cfg = self.train_cfg
         self.model.train(False)
         done: list[tuple[dict[str, float], bool]] = []  # each step's stats, and if it applied
@@ -304,12 +327,16 @@ class HFPolicy:
             prox = pad_right([prox_all[i] for i in idx], 0.0, f32, dev) if prox_all else None
             loss, stats = self._objective_loss(
                 Inputs(logp, behav, prox, adv, mask, (current_version - versions) * mask))
+            if weights is not None:
+                loss = loss * weights[m]
             self.optimizer.zero_grad(set_to_none=True)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
+                self.sum_gradients(loss)
                 self.scaler.unscale_(self.optimizer)
             else:
                 loss.backward()
+                loss = self.sum_gradients(loss)
             clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, clip))
             applied = optimizer_step(self.optimizer, self.scaler)
@@ -322,6 +349,15 @@ class HFPolicy:
         else:
             check_skip_streak(self.skipped_in_a_row, self.scaler)
         return totals
+
+    def sum_gradients(self, loss: torch.Tensor) -> torch.Tensor:
+        """Sum the trainable tensors' gradients over the ranks (nothing without ranks), and
+        the weighted losses with them: the whole batch's loss."""
+        if self.ranks is None:
+            return loss
+        total = loss.detach().reshape(1).clone()
+        self.ranks.sum_([*(p.grad for p in self.trainable if p.grad is not None), total])
+        return total[0]
 
     # --- state --------------------------------------------------------------------------
     def state_tensors(self) -> dict[str, torch.Tensor]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -17,13 +18,24 @@ class TrainBatch:
     behav_logprobs: list[list[float]]
     versions: list[list[int]]
     advantages: list[float]
+    # each sample's group (a prompt's samples, side by side): what a data-parallel trainer
+    # keeps on one rank; None: every sample its own
+    group_ids: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
 
     def select(self, idx: Sequence[int]) -> TrainBatch:
-        return TrainBatch(*[[getattr(self, f)[i] for i in idx] for f in (
-            "prompt_ids", "response_ids", "behav_logprobs", "versions", "advantages")])
+        def pick(rows: Sequence[Any]) -> list[Any]:
+            return [rows[i] for i in idx]
+
+        return TrainBatch(pick(self.prompt_ids), pick(self.response_ids),
+                          pick(self.behav_logprobs), pick(self.versions), pick(self.advantages),
+                          None if self.group_ids is None else pick(self.group_ids))
+
+    def groups(self) -> list[int]:
+        """Each sample's group id (its index where the batch names none)."""
+        return list(range(len(self))) if self.group_ids is None else self.group_ids
 
 
 def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype,

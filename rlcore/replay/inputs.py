@@ -105,6 +105,9 @@ def check_environment(original: Original, cfg: RunConfig, *, exact: bool) -> Non
             "devices": {r: str(resolve_device(cfg.model.trainer_device, "trainer"))
                         for r in original.environment["devices"]}}
     differences = environment_differences(original.environment, here)
+    if cfg.runtime.trainer_ranks > 1:  # the ranks summed their gradients in their own order
+        differences.append(f"its trainer had {cfg.runtime.trainer_ranks} data-parallel ranks, "
+                           "a replay trains in one process (equal up to the order of sums)")
     for d in differences:
         print(f"rlcore replay: the environment differs from the run's: {d}", file=sys.stderr)
     if differences and exact:

@@ -46,6 +46,7 @@ def train_batch(rewards: Sequence[float], group_ids: Sequence[int],
         behav_logprobs=[g.logprobs for g in gens],
         versions=[g.versions for g in gens],
         advantages=adv,
+        group_ids=list(group_ids),
     )
 
 

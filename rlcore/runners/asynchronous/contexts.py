@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -55,15 +55,44 @@ class RolloutContext(WorkerContext):
     stop: Flag
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """A data-parallel trainer's group (runtime.trainer_ranks): where its ranks meet, how
+    many they are, and how long one waits for the others."""
+
+    rendezvous: str  # a file in a directory private to the run, absent until they meet
+    world: int
+    timeout_s: float
+
+
 @dataclass(kw_only=True)
 class TrainerContext(WorkerContext):
-    """A trainer: batches in, candidate states to its staging slot, commits to the service."""
+    """A trainer: batches in, candidate states to its staging slot, commits to the service.
+    With ranks, it is rank 0 and tells the others each step it takes."""
 
     device: torch.device
     trainer_q: Queue  # this trainer's batches (None: stop)
     commit_q: Queue  # to the parameter service
     ack_q: Queue  # the service's verdicts on this trainer's commits
     stop: Flag
+    ranks: Ranks | None = None
+    rank_qs: list[Queue] = field(default_factory=list)  # to ranks 1, 2, ...
+
+
+def rank_name(rank: int) -> str:
+    """A data-parallel trainer's rank above 0, as its worker is named."""
+    return f"trainer0_rank{rank}"
+
+
+@dataclass(kw_only=True)
+class RankContext(WorkerContext):
+    """A trainer's rank above 0: rank 0's steps in, each taken on its own share."""
+
+    device: torch.device
+    rank: int
+    ranks: Ranks
+    # rank 0's steps: ("load", version), ("update", batch, version), ("agree",); None: stop
+    rank_q: Queue
 
 
 @dataclass(kw_only=True)

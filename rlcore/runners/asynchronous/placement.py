@@ -11,6 +11,7 @@ import os
 import torch
 
 from rlcore.config import RuntimeConfig
+from rlcore.runners.asynchronous.contexts import rank_name
 
 
 def plan_cpus(allowed: set[int], roles: list[str], threads: int
@@ -26,9 +27,10 @@ def plan_cpus(allowed: set[int], roles: list[str], threads: int
 
 def placement(rt: RuntimeConfig, devices: dict[str, torch.device]
               ) -> tuple[dict[str, tuple[int, ...]], str]:
-    """Cores for each rollout worker and trainer, or none and why."""
+    """Cores for each rollout worker, trainer and trainer rank, or none and why."""
     heavy = [*(f"rollout{i}" for i in range(rt.rollout_workers)),
-             *(f"trainer{i}" for i in range(rt.trainer_workers))]
+             *(f"trainer{i}" for i in range(rt.trainer_workers)),
+             *(rank_name(r) for r in range(1, rt.trainer_ranks))]
     if not rt.pin_cpus:
         return {}, "runtime.pin_cpus is false"
     if {d.type for d in devices.values()} != {"cpu"}:

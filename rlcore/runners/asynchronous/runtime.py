@@ -9,6 +9,9 @@ module only moves messages to it and watches the workers' health (`health.py`).
 from __future__ import annotations
 
 import queue
+import shutil
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,15 +19,18 @@ from typing import Any, Protocol
 
 import torch
 
-from rlcore.config import RunConfig
+from rlcore.config import ConfigError, RunConfig
 from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device, resolve_transport
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.record.ledger import RunLedger
 from rlcore.runners.asynchronous.contexts import (
     ParamServiceContext,
+    RankContext,
+    Ranks,
     RolloutContext,
     TrainerContext,
+    rank_name,
 )
 from rlcore.runners.asynchronous.controller import Controller
 from rlcore.runners.asynchronous.health import Watchdog, WorkerFailed, worker_failed
@@ -33,7 +39,7 @@ from rlcore.runners.asynchronous.messages import Ready, Stopped, WorkerError
 from rlcore.runners.asynchronous.param_service import param_service_main
 from rlcore.runners.asynchronous.placement import placement
 from rlcore.runners.asynchronous.rollout import rollout_main
-from rlcore.runners.asynchronous.trainer import trainer_main
+from rlcore.runners.asynchronous.trainer import rank_main, trainer_main
 from rlcore.runners.asynchronous.weight_slots import (
     WeightSlots,
     carries_digests,
@@ -66,6 +72,7 @@ class Roles:
     param_service: Callable[[ParamServiceContext], None] = param_service_main
     rollout: Callable[[RolloutContext], None] = rollout_main
     trainer: Callable[[TrainerContext], None] = trainer_main
+    rank: Callable[[RankContext], None] = rank_main
 
 
 class Lifecycle:
@@ -74,7 +81,8 @@ class Lifecycle:
     (`Runtime`); a plan adds a store without weights."""
 
     def __init__(self, cfg: RunConfig, vehicle: Vehicle, slots: WeightStore,
-                 devices: dict[str, torch.device], cpus: dict[str, tuple[int, ...]]):
+                 devices: dict[str, torch.device], cpus: dict[str, tuple[int, ...]],
+                 ranks: Ranks | None = None):
         self.cfg, self.v, self.clock = cfg, vehicle, vehicle.clock
         self.n_rollout, self.n_trainer = cfg.runtime.rollout_workers, cfg.runtime.trainer_workers
         self.slots, self.devices, self.cpus = slots, devices, cpus
@@ -83,6 +91,9 @@ class Lifecycle:
         self.inbox, self.prompt_q, self.commit_q = v.queue(), v.queue(), v.queue()
         self.trainer_qs = [v.queue() for _ in range(self.n_trainer)]
         self.ack_qs = [v.queue() for _ in range(self.n_trainer)]
+        # a data-parallel trainer's ranks above 0, each told rank 0's steps
+        self.ranks = ranks
+        self.rank_qs = [v.queue() for _ in range(1, ranks.world)] if ranks else []
         self.start_evt, self.stop_evt = v.flag(), v.flag()
         self.stopped: dict[str, Stopped] = {}
         self.suspects: dict[str, tuple[float, str]] = {}  # dead workers: (deadline, how)
@@ -113,7 +124,19 @@ class Lifecycle:
             self.v.start(name, roles.trainer, TrainerContext(
                 **self._common(name, i), device=self.devices["trainer"],
                 trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
-                stop=self.stop_evt))
+                stop=self.stop_evt, ranks=self.ranks, rank_qs=self.rank_qs))
+        if self.ranks is not None:
+            for r, q in enumerate(self.rank_qs, start=1):
+                name = rank_name(r)
+                self.v.start(name, roles.rank, RankContext(
+                    **self._common(name, r), device=self.devices["trainer"], rank=r,
+                    ranks=self.ranks, rank_q=q))
+
+    def workers(self) -> set[str]:
+        """Every worker's name but the parameter service's."""
+        return ({f"rollout{i}" for i in range(self.n_rollout)}
+                | {f"trainer{i}" for i in range(self.n_trainer)}
+                | {rank_name(r) for r in range(1, len(self.rank_qs) + 1)})
 
     # --- health (health.Watched) ---------------------------------------------------------
     def dead(self) -> dict[str, str]:
@@ -147,12 +170,31 @@ class Lifecycle:
         except queue.Empty:
             return None
         if isinstance(msg, WorkerError):
+            # a worker that died without a word is the cause of what its peers raise (a
+            # trainer rank whose gradient sum lost the other end): the peer can hear of the
+            # death before its exit shows, so it is given half a second to show
+            dead = self.silent_deaths(msg.worker, within_s=0.5)
+            if dead:
+                last = [line for line in msg.traceback.splitlines() if line.strip()][-1:]
+                raise worker_failed(*dead[0]) from WorkerFailed(
+                    f"then worker '{msg.worker}' raised: {''.join(last).strip()}")
             raise worker_failed(msg.worker, "it raised") from WorkerFailed(msg.traceback)
         if isinstance(msg, Stopped):
             if not self.stop_evt.is_set():
                 raise worker_failed(msg.worker, "it left its loop before the run was stopped")
             self.stopped[msg.worker] = msg
         return msg
+
+    def silent_deaths(self, besides: str, within_s: float) -> list[tuple[str, str]]:
+        """Workers other than `besides` dead without saying they stopped, as they show
+        within `within_s` seconds, by name."""
+        deadline = time.monotonic() + within_s
+        while True:
+            dead = sorted((name, how) for name, how in self.v.dead().items()
+                          if name != besides and name not in self.stopped)
+            if dead or time.monotonic() > deadline:
+                return dead
+            time.sleep(0.02)
 
     # --- phases --------------------------------------------------------------------------
     def drive(self, controller: Driven) -> float:
@@ -172,8 +214,7 @@ class Lifecycle:
             self.prompt_q.put([])  # wake rollout workers blocked on an empty prompt queue
         for q in self.trainer_qs:
             q.put(None)
-        self._drain(controller, {f"rollout{i}" for i in range(self.n_rollout)}
-                    | {f"trainer{i}" for i in range(self.n_trainer)})
+        self._drain(controller, self.workers())
         self.commit_q.put(None)
         self._drain(controller, {"param_service"})
 
@@ -210,7 +251,18 @@ class Runtime(Lifecycle):
                             shared=vehicle.processes, transport=transport,
                             device=devices["rollout"], digests=carries_digests(cfg))
         cpus, self.unpinned_reason = placement(rt, devices)
-        super().__init__(cfg, vehicle, slots, devices, cpus)
+        self.rank_dir = None
+        ranks = None
+        if rt.trainer_ranks > 1:
+            if devices["trainer"].type != "cpu":
+                raise ConfigError(
+                    f"runtime.trainer_ranks ({rt.trainer_ranks}): ranks run on CPU (gloo) so "
+                    f"far, and model.trainer_device is {devices['trainer']}: set it to cpu")
+            # the ranks meet through a file that must not exist before they do
+            self.rank_dir = tempfile.mkdtemp(prefix="rlcore-ranks-")
+            ranks = Ranks(str(Path(self.rank_dir) / "rendezvous"), rt.trainer_ranks,
+                          rt.collective_timeout_s)
+        super().__init__(cfg, vehicle, slots, devices, cpus, ranks)
         self.slots: WeightSlots = slots
         if devices["rollout"].type == "cuda":
             self.prompts = tuple((t.prompt, t.system) for t in tasks)
@@ -224,8 +276,7 @@ class Runtime(Lifecycle):
     def barrier(self, ledger: RunLedger) -> float:
         """Wait until every worker has loaded its model; returns the cold-start seconds."""
         t0 = self.clock.now()
-        waiting = {"param_service", *(f"rollout{i}" for i in range(self.n_rollout)),
-                   *(f"trainer{i}" for i in range(self.n_trainer))}
+        waiting = {"param_service", *self.workers()}
         ready = []
         while waiting:
             if self.clock.now() - t0 > self.cfg.runtime.start_timeout_s:
@@ -253,6 +304,8 @@ class Runtime(Lifecycle):
         if self.watchdog is not None:
             self.watchdog.done.set()
         super().shutdown()
+        if self.rank_dir is not None:
+            shutil.rmtree(self.rank_dir, ignore_errors=True)
         self.slots.close()  # after the workers: a thread's copy may still be in flight
         if self.v.processes and self.slots.transport == "device":
             # The workers released what they received: free the blocks CUDA IPC kept for
@@ -267,7 +320,7 @@ def role_peaks(stopped: dict[str, Stopped]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for role in ("rollout", "trainer"):
         peaks = [s.gpu_peak_bytes for name, s in stopped.items()
-                 if name.rstrip("0123456789") == role and s.gpu_peak_bytes is not None]
+                 if name.startswith(role) and s.gpu_peak_bytes is not None]
         out[role] = max(peaks) if peaks else None
     return out
 

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import queue
 from abc import ABC, abstractmethod
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
+from rlcore.policy.data_parallel import RankGroup
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.digest import state_digest
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.optim_steps import commit_verdict
 from rlcore.record.schedule import TrainerOp
-from rlcore.runners.asynchronous.contexts import TrainerContext
+from rlcore.runners.asynchronous.contexts import RankContext, Ranks, TrainerContext
 from rlcore.runners.asynchronous.messages import (
     CommitAck,
     CommitRequest,
@@ -183,7 +185,8 @@ class TrainerRole(TrainerLoop[R, CommitAck]):
 
 
 class Trainer(TrainerRole[TrainRequest]):
-    """One live trainer role: its policy, its staging slot and its pending commit."""
+    """One live trainer role: its policy, its staging slot and its pending commit; with
+    ranks, rank 0, which tells the others each load and update it takes."""
 
     def __init__(self, ctx: TrainerContext):
         self.policy = HFPolicy(ctx.cfg.model, ctx.cfg.train, role="trainer", device=ctx.device,
@@ -192,8 +195,15 @@ class Trainer(TrainerRole[TrainRequest]):
         self.params = ctx.slots.ordered(self.named)
         super().__init__(ctx, ctx.slots.read_into(self.params))
         check_arrival(ctx.slots, self.version, self.named, ctx.name)
+        if ctx.ranks is not None:
+            self.policy.ranks = join_ranks(ctx.ranks, 0)
         self.ops: list[TrainerOp] = []  # steps not reported yet
         self.steps = 0
+
+    def tell(self, step: tuple[Any, ...] | None) -> None:
+        """Send the other ranks the step this one takes (None: stop)."""
+        for q in self.ctx.rank_qs:
+            q.put(step)
 
     def step(self, op: str, version: int, batch_id: int | None = None) -> None:
         self.ops.append(TrainerOp(self.ctx.index, self.steps, op, version, batch_id))
@@ -208,11 +218,13 @@ class Trainer(TrainerRole[TrainRequest]):
         check_arrival(self.ctx.slots, self.version, self.named, self.ctx.name)
         charge_copy(self.clock, self.ctx.slots, "read")
         self.step("load", self.version)
+        self.tell(("load", self.version))
 
     def oldest(self, req: TrainRequest) -> int:
         return min(min(v) for v in req.batch.versions if v)
 
     def update(self, req: TrainRequest) -> dict[str, float]:
+        self.tell(("update", req.batch, self.version))
         stats = self.policy.update(req.batch, temperature=self.cfg.rollout.temperature,
                                    current_version=self.version)
         self.step("update", self.version, req.batch_id)
@@ -246,9 +258,57 @@ def trainer_main(ctx: TrainerContext) -> None:
                         ctx.clock.now() - t_load))
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
-    trainer.run()
+    ranks = trainer.policy.ranks
+    try:
+        trainer.run()
+        if ranks is not None:  # a clean end: the ranks must hold the same state
+            trainer.tell(("agree",))
+            ranks.agree(state_digest(trainer.named))
+    finally:
+        trainer.tell(None)
+        if ranks is not None:
+            ranks.close()
     ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0,
                           gpu_peak_bytes=peak_gpu_bytes(trainer.policy.device)))
+
+
+def join_ranks(ranks: Ranks, rank: int) -> RankGroup:
+    """This process's place in its trainer's group, once every rank has come."""
+    return RankGroup(Path(ranks.rendezvous), rank, ranks.world, timeout_s=ranks.timeout_s)
+
+
+def rank_main(ctx: RankContext) -> None:
+    """Worker entry of a trainer's rank above 0: load the policy, meet the other ranks, then
+    take rank 0's steps on its own share until told to stop. It proposes nothing."""
+    t_load = ctx.clock.now()
+    policy = HFPolicy(ctx.cfg.model, ctx.cfg.train, role="trainer", device=ctx.device,
+                      clock=ctx.clock)
+    named = policy.state_tensors()
+    params = ctx.slots.ordered(named)
+    version = ctx.slots.read_into(params)
+    check_arrival(ctx.slots, version, named, ctx.name)
+    policy.ranks = join_ranks(ctx.ranks, ctx.rank)
+    ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), ctx.clock.now() - t_load))
+    ctx.start.wait()
+    cpu0 = ctx.own_cpu_s()
+    try:
+        while (step := ctx.rank_q.get()) is not None:
+            if step[0] == "load":
+                version = ctx.slots.read_into(params)
+                check_arrival(ctx.slots, version, named, ctx.name)
+                if version != step[1]:
+                    raise RuntimeError(f"{ctx.name} loaded version {version}, rank 0 version "
+                                       f"{step[1]}: the ranks' weights would differ")
+            elif step[0] == "agree":
+                policy.ranks.agree(state_digest(named))
+            else:
+                _, batch, version = step
+                policy.update(batch, temperature=ctx.cfg.rollout.temperature,
+                              current_version=version)
+    finally:
+        policy.ranks.close()
+    ctx.inbox.put(Stopped(ctx.name, cpu_s=ctx.own_cpu_s() - cpu0,
+                          gpu_peak_bytes=peak_gpu_bytes(policy.device)))
 
 
 def receive_ack(ctx: TrainerContext) -> CommitAck | None:

@@ -1,0 +1,110 @@
+"""A data-parallel trainer's ranks: each holds the whole policy, trains its share of a batch
+and sums its gradients with the others' before every optimizer step.
+
+Every rank receives the whole batch and computes the same split of it (`shard_groups`), so
+no rank waits on another to learn what it trains. A rank's loss is the token mean over its
+share, weighted by its share of the batch's response tokens; the gradients summed over the
+ranks are then the token mean over the whole batch's, as one rank computes it, up to the
+order of the sums. Every rank applies the same summed gradients with the same optimizer
+state, so the ranks stay equal bit for bit, and an fp16 loss scaler that skips a step skips
+it on every rank. Only the trainable tensors are summed: under `train.lora` the adapters.
+
+The ranks meet in a `torch.distributed` group of their own (gloo on CPU, NCCL on CUDA),
+formed through a rendezvous file private to the run, and every collective waits at most
+`timeout_s`: a rank that died ends the others' wait with an error, never a hang.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rlcore.errors import ConfigError
+
+
+def shard_groups(group_ids: Sequence[int], tokens: Sequence[int], ranks: int
+                 ) -> list[list[int]]:
+    """Each rank's sample indices: whole groups (runs of equal ids), the largest first to
+    the rank with the fewest tokens so far (the lowest on a tie), each rank's in batch
+    order. Raises ValueError when there are fewer groups than ranks."""
+    if len(group_ids) != len(tokens):
+        raise ValueError("one token count per sample")
+    groups: list[list[int]] = []
+    for i, g in enumerate(group_ids):
+        if i == 0 or g != group_ids[i - 1]:
+            groups.append([])
+        groups[-1].append(i)
+    if len(groups) < ranks:
+        raise ValueError(f"{len(groups)} groups cannot give each of {ranks} ranks one")
+    load = [0] * ranks
+    shards: list[list[int]] = [[] for _ in range(ranks)]
+    weight = [sum(tokens[i] for i in g) for g in groups]
+    # the first `ranks` groups go one to a rank, so none is left without a sample
+    order = sorted(range(len(groups)), key=lambda j: (-weight[j], j))
+    for n, j in enumerate(order):
+        r = n if n < ranks else min(range(ranks), key=lambda q: (load[q], q))
+        shards[r].extend(groups[j])
+        load[r] += weight[j]
+    return [sorted(s) for s in shards]
+
+
+class RankGroup:
+    """This process's place among a data-parallel trainer's ranks, and their collectives."""
+
+    def __init__(self, rendezvous: Path, rank: int, world: int, *, backend: str = "gloo",
+                 timeout_s: float = 60.0):
+        if not 0 <= rank < world:
+            raise ConfigError(f"rank {rank} is not one of a group of {world}")
+        self.rank, self.world, self.timeout_s = rank, world, timeout_s
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        try:
+            dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank,
+                                    world_size=world, timeout=self.timeout)
+        except (RuntimeError, ValueError) as e:
+            raise RuntimeError(
+                f"trainer rank {rank} of {world} could not join its group through "
+                f"{rendezvous} within {timeout_s:g} s ({backend}): {e}") from e
+
+    def sum_(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Sum each tensor over the ranks, in place: one flat buffer per dtype and device,
+        one collective each."""
+        by_kind: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+        for t in tensors:
+            by_kind.setdefault((t.dtype, t.device), []).append(t)
+        for parts in by_kind.values():
+            flat = torch.cat([t.reshape(-1) for t in parts])
+            work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
+            if work is None or not work.wait(timeout=self.timeout):
+                raise RuntimeError(f"trainer rank {self.rank}: the gradient sum did not "
+                                   f"finish within {self.timeout_s:g} s")
+            offset = 0
+            for t in parts:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+    def agree(self, digest: str) -> None:
+        """Raise unless every rank's state has rank 0's digest ('sha256:<hex>'): the ranks
+        were to stay equal bit for bit."""
+        mine = torch.tensor(list(bytes.fromhex(digest.split(":")[-1])), dtype=torch.uint8)
+        first = mine.clone()
+        work = dist.broadcast(first, src=0, async_op=True)
+        if work is None or not work.wait(timeout=self.timeout):
+            raise RuntimeError(f"trainer rank {self.rank}: rank 0's digest did not come "
+                               f"within {self.timeout_s:g} s")
+        if not torch.equal(mine, first):
+            raise RuntimeError(f"trainer rank {self.rank} holds state {digest}, rank 0 "
+                               f"sha256:{bytes(first.tolist()).hex()}: the ranks diverged")
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def token_share(shard: Sequence[int], tokens: Sequence[int]) -> float:
+    """A rank's weight in the summed loss: its response tokens over the batch's."""
+    total = sum(tokens)
+    return sum(tokens[i] for i in shard) / total if total else 0.0
