@@ -86,3 +86,43 @@ def test_the_job_times_a_page_states_read_back(tool: ModuleType, results: Path):
     assert tool.grid_seconds(counts, medians, cores) == pytest.approx(83.0)
     assert tool.duration(83.0) == "1 minute"
     assert tool.duration(89.4 * 60) == "89 minutes" and tool.duration(150 * 60) == "2.5 hours"
+
+
+def real_results(root: Path) -> Path:
+    """config/real.yaml's results: two seeds of one arm, the base model's eval, a table."""
+    for seed, (greedy, sampled, wall) in enumerate([(0.75, 0.70, 200.0), (0.80, 0.74, 220.0)]):
+        run = root / f"runs/wall/sync/none/k0/pg/seed{seed}"
+        run.mkdir(parents=True)
+        run.joinpath("summary.json").write_text(json.dumps({
+            "run": {"mode": "sync", "preset": "none", "k": 0}, "updates": 25,
+            "time": {"wall_s": wall, "job_s": wall + 40}, "load": {"contended": seed == 1}}))
+        run.joinpath("eval.json").write_text(json.dumps(
+            {"greedy_pass_rate": greedy, "sampled_pass_rate": sampled}))
+    (root / "runs/wall/sync/none/k0/pg/seed0/eval_base.json").write_text(json.dumps(
+        {"tasks": 100, "samples_per_task": 2, "greedy_pass_rate": 0.3,
+         "sampled_pass_rate": 0.2}))
+    (root / "tables").mkdir()
+    (root / "tables/claims.md").write_text("| claim |\n|---|\n| R1 |\n")
+    return root
+
+
+def test_the_real_study_has_a_section_of_its_own(tool: ModuleType, results: Path,
+                                                 tmp_path: Path):
+    """`--real` writes the study's section after the default grid's part, and retaking
+    either part keeps the other."""
+    real = real_results(tmp_path / "real")
+    out = tmp_path / "results.md"
+    tool.main([str(results), "--out", str(out)])
+    default_part = out.read_text()
+    tool.main(["--real", str(real), "--out", str(out)])
+    both = out.read_text()
+    assert both.startswith(default_part) and tool.REAL_HEADING in both
+    section = both.split(tool.REAL_HEADING, 1)[1]
+    prose = re.sub(r"\s+", " ", section)
+    # the base: 30 of 100 greedily (Wilson 0.219-0.396), 40 of 200 sampled (0.150-0.261)
+    assert "greedy pass 0.300 (95 % 0.219-0.396), sampled 0.200 (0.150-0.261" in prose
+    # the arm: mean of 0.75 and 0.80 +- t(1) x sd / sqrt 2 = 12.706 x 0.025; 8.4 s an update
+    assert "| sync/none/k0 | 2 | 0.775 ± 0.318 | 0.720 ± 0.254 | 8.4 | 1 |" in section
+    assert "### claims" in section
+    tool.main([str(results), "--out", str(out)])  # the default part again: the section stays
+    assert out.read_text() == both

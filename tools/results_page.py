@@ -3,6 +3,8 @@ and tables as they are at this commit, the host they were measured on, and what 
 deterministic. Retaken, never edited:
 
     make run && python tools/results_page.py results
+    make run CONFIG="config/config.yaml config/real.yaml" && \
+        python tools/results_page.py --real results/real   # the real model's section
 
 The emulated runs and the replays are a function of the config, so their rows hold on any
 host; the page carries a fingerprint of their final weights, which tests/test_docs.py checks
@@ -150,6 +152,87 @@ def page(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+REAL_HEADING = "## A real pretrained model: SmolLM2-135M-Instruct"
+REAL_TABLES = ("findings.md", "claims.md", "table1.md")
+
+
+def wilson(passes: float, n: int) -> tuple[float, float]:
+    """The 95 % Wilson interval of a pass rate of `passes` in `n` scored samples."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p, z = passes / n, 1.96
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return centre - half, centre + half
+
+
+def real_section(results: Path) -> list[str]:
+    """The section of config/real.yaml's study: the base model's held-out pass rates, each
+    arm's after training and its seconds per update, then the study's own tables."""
+    from rlcore.analysis.tables import mean_ci95
+
+    base_file = next(results.glob("runs/**/eval_base.json"))
+    base = json.loads(base_file.read_text())
+    n = base["tasks"]
+    arms: dict[str, list[dict]] = {}
+    for summary in sorted(results.glob("runs/wall/**/summary.json")):
+        s = json.loads(summary.read_text())
+        ev = json.loads((summary.parent / "eval.json").read_text())
+        run = s["run"]
+        arm = f"{run['mode']}/{run['preset']}/k{run['k']}"
+        arms.setdefault(arm, []).append({
+            "greedy": ev["greedy_pass_rate"], "sampled": ev["sampled_pass_rate"],
+            "s_per_update": s["time"]["wall_s"] / s["updates"], "job_s": s["time"]["job_s"],
+            "contended": s["load"]["contended"]})
+    job_s = [r["job_s"] for rows in arms.values() for r in rows]
+    g_lo, g_hi = wilson(base["greedy_pass_rate"] * n, n)
+    m = n * base["samples_per_task"]
+    s_lo, s_hi = wilson(base["sampled_pass_rate"] * m, m)
+    lines = [
+        REAL_HEADING, "",
+        "What `make run CONFIG=\"config/config.yaml config/real.yaml\"` gives at this commit: "
+        "the model fetched from its registry package and trained on additions asked in "
+        "words, sync and AReaL-style at K = 2, every weight and LoRA rank 8, on this "
+        "machine's clock. Retaken, never edited: `python tools/results_page.py --real "
+        "results/real`.", "",
+        f"- **Host:** {host(results)}.",
+        f"- **Jobs:** {len(job_s)} runs, {sum(job_s) / 60:.0f} job-minutes (median "
+        f"{statistics.median(job_s):.0f} s).",
+        f"- **The base model** on the {n} held-out problems: greedy pass "
+        f"{base['greedy_pass_rate']:.3f} (95 % {g_lo:.3f}-{g_hi:.3f}), sampled "
+        f"{base['sampled_pass_rate']:.3f} ({s_lo:.3f}-{s_hi:.3f}; {base['samples_per_task']} "
+        "samples a problem).", "",
+        "Each arm after training, mean ± 95 % CI over seeds; seconds per update are the "
+        "run's wall time over its updates, median over seeds (runs the machine shared with "
+        "other work are marked).", "",
+        "| arm | seeds | held-out greedy | held-out sampled | s / update | shared |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, rows in arms.items():
+        g, gh = mean_ci95([r["greedy"] for r in rows])
+        sp, sh = mean_ci95([r["sampled"] for r in rows])
+        per = statistics.median(r["s_per_update"] for r in rows)
+        shared = sum(r["contended"] for r in rows)
+        lines.append(f"| {arm} | {len(rows)} | {g:.3f} ± {gh:.3f} | {sp:.3f} ± {sh:.3f} | "
+                     f"{per:.1f} | {shared} |")
+    lines = [wrapped(line) for line in lines]
+    for name in REAL_TABLES:
+        table = results / "tables" / name
+        if table.is_file():
+            lines += ["", f"### {name.removesuffix('.md')}", "",
+                      *map(wrapped, table.read_text().rstrip().splitlines())]
+    return lines
+
+
+def with_real(text: str, real: list[str] | None, old: str) -> str:
+    """`text` (the default grid's part) followed by the real study's section: the new one,
+    or the one the old page had."""
+    if real is None:
+        kept = old[old.index(REAL_HEADING):] if REAL_HEADING in old else ""
+        return text + ("\n" + kept if kept else "")
+    return text + "\n" + "\n".join(real) + "\n"
+
+
 def wrapped(line: str) -> str:
     """A prose line wrapped at 92 columns (a bullet's continuation indented); tables as are."""
     if not line or line.startswith(("|", "#")):
@@ -161,11 +244,25 @@ def wrapped(line: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("results", type=Path, help="a finished make run's results directory")
+    p.add_argument("results", type=Path, nargs="?",
+                   help="a finished make run's results directory (default: keep the page's "
+                        "default-grid part)")
+    p.add_argument("--real", type=Path, default=None,
+                   help="config/real.yaml's finished results (results/real): retake its "
+                        "section (default: keep the page's)")
     p.add_argument("--out", type=Path, default=PAGE)
     args = p.parse_args(argv)
-    args.out.write_text(page(args.results))
-    print(f"{args.out}: written from {args.results}")
+    old = args.out.read_text() if args.out.is_file() else ""
+    if args.results is not None:
+        text = page(args.results)
+    elif REAL_HEADING in old:
+        text = old[:old.index(REAL_HEADING)].rstrip("\n") + "\n"
+    else:
+        text = old
+    real = real_section(args.real) if args.real is not None else None
+    args.out.write_text(with_real(text, real, old))
+    print(f"{args.out}: written from {args.results or 'itself'}"
+          f"{f' and {args.real}' if args.real else ''}")
     return 0
 
 
