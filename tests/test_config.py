@@ -231,11 +231,10 @@ class TestCrossFieldRules:
     @pytest.mark.parametrize(("data", "fragment"), [
         ({"mode": "sync"}, "needs mode 'areal' (one process per rank)"),
         ({"mode": "areal", "runtime": {"trainer_workers": 2}}, "do not combine"),
-        ({"mode": "areal", "runtime": {"clock": "virtual"}}, "run ranks on the wall clock"),
         # B = 8, groups of 4: 5 samples may be two groups' remnants, one to a minibatch of 2
         ({"mode": "areal", "train": {"update_batch_size": 8, "minibatches": 2}},
          "may hold only 1 groups of up to 4, and every rank needs one"),
-    ], ids=["sync", "racing-trainers", "virtual", "too-few-groups"])
+    ], ids=["sync", "racing-trainers", "too-few-groups"])
     def test_trainer_ranks_where_they_cannot_work(self, data: dict, fragment: str) -> None:
         data = {**data, "rollout": {"group_size": 4},
                 "runtime": {**data.get("runtime", {}), "trainer_ranks": 2}}

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import torch
 
+from rlcore.algo.batching import shard_groups, token_share
 from rlcore.algo.objectives import Inputs, Knobs
 from rlcore.algo.registry import names, objective
 from rlcore.config import config_from_dict
-from rlcore.policy.data_parallel import RankGroup, shard_groups, token_share
+from rlcore.policy.data_parallel import RankGroup
 from rlcore.policy.train_batch import TrainBatch
 from tests.conftest import small_config
 
@@ -199,3 +200,57 @@ def test_a_live_run_of_two_rollout_workers_and_two_ranks(tiny_model_dir: Path, t
 
     with pytest.raises(ConfigError, match="its trainer had 2 data-parallel ranks"):
         replay_run(out, tmp_path / "replay")
+
+
+def test_the_virtual_clock_prices_ranks_and_computes_their_update_whole(tiny_model_dir: Path,
+                                                                        tmp_path: Path):
+    """On the virtual clock a trainer of M ranks is one process: it computes the update
+    whole (the ranks' up to the order of sums) and is charged the slowest rank's tokens and
+    a ring all-reduce per step. Twice the same run: the same records."""
+    import yaml
+    from safetensors.torch import load_file
+
+    from rlcore.clock.profile import load_profile
+    from tests.test_virtual_clock import RUN_PROFILE, records, run_mode, virtual_config
+
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 2)
+    (tmp_path / "test-run.yaml").write_text(yaml.safe_dump(
+        {**RUN_PROFILE, "allreduce": {"call_s": 2e-3, "gb_per_s": 1.0, "gil_share": 0.0}}))
+    ranks = config_from_dict({**cfg.to_dict(), "runtime": {
+        **cfg.to_dict()["runtime"], "trainer_ranks": 2}})
+    spans = []
+    for name in ("first", "second"):
+        run_mode(ranks, tmp_path / name)
+        events = [json.loads(line) for line in
+                  (tmp_path / name / "events.jsonl").read_text().splitlines()]
+        spans.append([e["work"] for e in events
+                      if e["type"] == "span" and e["role"] == "trainer"
+                      and "update.per_token_s" in e["work"]])
+    assert records(tmp_path / "first") == records(tmp_path / "second")
+    work = spans[0]
+    assert work and all(w["allreduce.call_s"] == 1 for w in work)  # one optimizer step
+    # 2 (M - 1) / M = 1 times the trainable bytes: the tiny model's fp32 weights (the test
+    # profile prices the run's own model)
+    assert load_profile(str(tmp_path / "test-run.yaml")).model_bytes is None
+    trainable = 4 * sum(t.numel() for t in
+                        load_file(str(tiny_model_dir / "model.safetensors")).values())
+    assert all(w["allreduce.per_ring_gb"] == pytest.approx(trainable / 1e9) for w in work)
+    # the slowest of two ranks trains about half the batch's padded tokens
+    run_mode(cfg, tmp_path / "one")
+    events = [json.loads(line) for line in
+              (tmp_path / "one" / "events.jsonl").read_text().splitlines()]
+    whole = sum(e["work"]["update.per_token_s"] for e in events
+                if e["type"] == "span" and "update.per_token_s" in e.get("work", {}))
+    assert sum(w["update.per_token_s"] for w in work) < 0.8 * whole
+
+
+def test_a_profile_without_an_allreduce_cannot_price_ranks(tiny_model_dir: Path,
+                                                          tmp_path: Path):
+    from rlcore.errors import ConfigError
+    from tests.test_virtual_clock import run_mode, virtual_config
+
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 2)
+    ranks = config_from_dict({**cfg.to_dict(), "runtime": {
+        **cfg.to_dict()["runtime"], "trainer_ranks": 2}})
+    with pytest.raises(ConfigError, match="prices no gradient sum between ranks"):
+        run_mode(ranks, tmp_path / "run")

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from rlcore.algo.batching import slowest_rank_tokens
 from rlcore.cli import main
 from rlcore.clock.work import Decode, Prefill, Work
 from rlcore.config import config_from_dict
 from rlcore.errors import ConfigError
-from rlcore.plan.controller import update_tokens
 from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
 from rlcore.plan.planner import plan, workload
 from rlcore.plan.sampler import LengthPolicy, LengthSampler
@@ -161,8 +161,17 @@ class TestLengthSampler:
 
     def test_update_tokens_split_like_the_policy(self):
         # 5 rows in 2 minibatches: rows 0-1 and 2-4, each padded to its own longest row
-        assert update_tokens([4, 9, 2, 3, 7], 2) == 2 * 9 + 3 * 7
-        assert update_tokens([4, 9, 2], 1) == 3 * 9
+        assert slowest_rank_tokens([4, 9, 2, 3, 7], 2) == 2 * 9 + 3 * 7
+        assert slowest_rank_tokens([4, 9, 2], 1) == 3 * 9
+
+    def test_ranks_wait_for_the_one_with_the_most(self):
+        # 6 rows, groups of 2, one minibatch over 2 ranks: groups by response tokens 7, 3, 5
+        # -> group 0 to rank 0, group 2 then group 1 to rank 1 (5 < 7, then 8): rank 0 has
+        # rows 0-1 padded to 9, rank 1 rows 2-5 padded to 8
+        lengths, responses = [9, 6, 4, 5, 8, 3], [4, 3, 1, 2, 3, 2]
+        assert slowest_rank_tokens(lengths, 1, 2, [0, 0, 1, 1, 2, 2], responses) == \
+            max(2 * 9, 4 * 8)
+        assert slowest_rank_tokens(lengths, 1) == 6 * 9
 
 
 class TestTiming:
@@ -227,6 +236,31 @@ def test_a_plan_with_the_runs_lengths_makes_the_runs_decisions(
     assert (p["tokens_trained"], p["tokens_reprefilled"], p["skipped_commits"]) == \
         (tokens["trained"], tokens["reprefilled"], sched["skipped_commits"])
     assert p["waits"] == waits
+
+
+@pytest.mark.parametrize("interrupt", ["resubmit", "continue"])
+def test_a_plan_of_trainer_ranks_makes_the_runs_decisions(tiny_model_dir: Path, tmp_path: Path,
+                                                          interrupt: str):
+    """A trainer of two ranks, priced as its slowest rank and a gradient sum per step: the
+    planner's trainer and the virtual run's charge the same, so every decision and time
+    agree."""
+    profile = {**RUN_PROFILE, "allreduce": {"call_s": 1e-3, "gb_per_s": 2.0, "gil_share": 0}}
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile))
+    base = virtual_config(tiny_model_dir, tmp_path, "areal", 1, interrupt=interrupt,
+                          staleness_control="filter").to_dict()
+    cfg = config_from_dict({**base, "train": {**base["train"], "updates": 10},
+                            "runtime": {**base["runtime"], "trainer_ranks": 2,
+                                        "hardware": str(tmp_path / "profile.yaml")}})
+    summary = run_mode(cfg, tmp_path / "run")
+    p = plan(cfg, workload(cfg, empirical(tmp_path / "run", as_recorded=True)))
+    measured = run_timing(summary, json.loads((tmp_path / "run/staleness.json").read_text()))
+    assert (p["wall_s"], p["staleness"]) == (measured["wall_s"], measured["staleness"])
+    charged = summary["clock"]["charged_s"]
+    assert charged["allreduce"] > 0 and p["charged_s"] == pytest.approx(charged)
+    one = plan(config_from_dict({**cfg.to_dict(), "runtime": {
+        **cfg.to_dict()["runtime"], "trainer_ranks": 1}}),
+        workload(cfg, empirical(tmp_path / "run", as_recorded=True)))
+    assert "allreduce" not in one["charged_s"] and one["charged_s"]["update"] > charged["update"]
 
 
 def test_a_sync_plan_prices_a_sync_run(tiny_model_dir: Path, tmp_path: Path):

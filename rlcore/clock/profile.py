@@ -34,6 +34,7 @@ from typing import Any
 
 from rlcore.clock.work import (
     Adapters,
+    AllReduce,
     Decode,
     Digest,
     Prefill,
@@ -140,7 +141,7 @@ class CpuCost:
 
 
 # What runs on a role's accelerator when the roles have one; the rest is host work.
-DEVICE_WORK = (Decode, Prefill, Update, Adapters, Weights)
+DEVICE_WORK = (Decode, Prefill, Update, AllReduce, Adapters, Weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +220,11 @@ class HardwareProfile:
                 "hands over, published with it and checked on arrival (`work.py::Digest`; "
                 "from a GPU, their copy to the host included); null or absent: the profile "
                 "prices no LoRA run"})
+    allreduce: CopyCost | None = dataclasses.field(default=None, metadata={
+        "help": "trainer ranks (runtime.trainer_ranks): summing their gradients once per "
+                "optimizer step, a ring all-reduce in which each rank moves 2 (M - 1) / M of "
+                "the trainable state's bytes (`work.py::AllReduce`), at gb_per_s between "
+                "ranks; null or absent: the profile prices no run of several ranks"})
     linear_layers: dict[str, list[int]] | None = dataclasses.field(default=None, metadata={
         "help": "the linear layers of the model these costs are for, by the last part of "
                 "their name: [in, out, how many]. A LoRA run's copies and adapter products "
@@ -245,6 +251,8 @@ class HardwareProfile:
                 and self.lora_view.adapter_elements is not None:
             # the profile's model's adapters, not the run's, as `model_bytes` for a copy
             work = dataclasses.replace(work, params=self.lora_view.adapter_elements)
+        if isinstance(work, AllReduce) and self.model_bytes is not None:
+            work = dataclasses.replace(work, nbytes=self.model_bytes)  # as for a copy
         return self.seconds_of(terms(work))
 
     def seconds_of(self, work_terms: dict[str, float]) -> float:
@@ -261,6 +269,8 @@ class HardwareProfile:
         if coefficient == "per_gb":  # a copy: its gigabytes, at the profile's bandwidth
             gb = quantity if self.model_bytes is None else self.model_bytes / 1e9
             return float(gb / cost.gb_per_s)
+        if coefficient == "per_ring_gb":  # what each rank moves (`seconds` sized it)
+            return float(quantity / cost.gb_per_s)
         return float(getattr(cost, coefficient) * quantity)
 
     def gil_share(self, work: Work) -> float:
@@ -277,6 +287,8 @@ class HardwareProfile:
                 return self.adapters.gil_share if self.adapters is not None else 1.0
             case Digest():
                 return self.sha256.gil_share if self.sha256 is not None else 1.0
+            case AllReduce():
+                return self.allreduce.gil_share if self.allreduce is not None else 1.0
             case Weights():
                 return (self.weight_write if work.direction == "write"
                         else self.weight_read).gil_share
@@ -314,6 +326,14 @@ class HardwareProfile:
         return dataclasses.replace(self, model_bytes=4 * elements,  # fp32 adapters
                                    lora_view=LoraView(elements))
 
+    def check_ranks(self, ranks: int) -> None:
+        """Refuse to price a trainer of several ranks without an all-reduce term."""
+        if ranks > 1 and self.allreduce is None:
+            raise ConfigError(
+                f"runtime.trainer_ranks ({ranks}): hardware profile {self.name} prices no "
+                "gradient sum between ranks (no `allreduce` section); add one "
+                "(docs/virtual_clock.md) or use a profile that has it")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -332,7 +352,7 @@ class HardwareProfile:
 # The keys a profile file may leave out (null, as when absent); every other key is required.
 OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
                  "weight_transport", "device_type", "lora_update", "adapters", "sha256",
-                 "linear_layers", "lora_view")
+                 "allreduce", "linear_layers", "lora_view")
 # what only a LoRA run's price reads
 LORA_KEYS = ("lora_update", "adapters", "sha256", "linear_layers")
 

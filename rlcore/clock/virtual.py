@@ -108,8 +108,9 @@ class VirtualClock:
            shared_interpreter: bool = False) -> VirtualClock:
         """The clock of `runtime.hardware` for a run of `seed` (training `lora` adapters, if
         set: `HardwareProfile.under`), its main role the calling thread."""
-        return cls(load_profile(runtime.hardware).under(lora), seed=seed,
-                   shared_interpreter=shared_interpreter)
+        profile = load_profile(runtime.hardware).under(lora)
+        profile.check_ranks(runtime.trainer_ranks)
+        return cls(profile, seed=seed, shared_interpreter=shared_interpreter)
 
     # --- the roles' view ------------------------------------------------------------------
     def now(self) -> float:

@@ -62,6 +62,20 @@ class Weights:
 
 
 @dataclass(frozen=True)
+class AllReduce:
+    """A data-parallel trainer's ranks summing their gradients, once per optimizer step: a
+    ring all-reduce, in which each rank sends and receives 2 (M - 1) / M of the bytes."""
+
+    calls: int  # optimizer steps
+    nbytes: int  # the trainable state's gradients
+    ranks: int
+
+    def ring_gb(self) -> float:
+        """Gigabytes each rank moves over all the calls."""
+        return self.calls * 2 * (self.ranks - 1) / self.ranks * self.nbytes / 1e9
+
+
+@dataclass(frozen=True)
 class Digest:
     """A sha256 of the state a version hands over (train.lora's adapters): the trainer's of
     its candidate, or a reader's of what it loaded, checked on arrival."""
@@ -96,13 +110,15 @@ class Commit:
     """The parameter service deciding one commit (the version bump, not the weight copy)."""
 
 
-Work = Decode | Prefill | Update | Adapters | Weights | Digest | Reward | Handle | Handoff | Commit
+Work = (Decode | Prefill | Update | AllReduce | Adapters | Weights | Digest | Reward | Handle
+        | Handoff | Commit)
 
 
 def terms(work: Work) -> dict[str, float]:
     """The profile coefficients that price `work` ('SECTION.FIELD', as in a profile file),
     each with the quantity it multiplies; a copy's bandwidth term is 'SECTION.per_gb', the
-    gigabytes (1e9 bytes) copied, priced at 1 / gb_per_s. What `rlcore calibrate
+    gigabytes (1e9 bytes) copied, priced at 1 / gb_per_s, and an all-reduce's
+    'allreduce.per_ring_gb', the gigabytes each rank moves. What `rlcore calibrate
     --from-runs` regresses a span's seconds on."""
     match work:
         case Decode():
@@ -113,6 +129,8 @@ def terms(work: Work) -> dict[str, float]:
         case Update():
             section = "lora_update" if work.frozen_base else "update"
             return {f"{section}.call_s": 1, f"{section}.per_token_s": work.tokens}
+        case AllReduce():
+            return {"allreduce.call_s": work.calls, "allreduce.per_ring_gb": work.ring_gb()}
         case Adapters():
             return {"adapters.call_s": work.steps, "adapters.per_param_s": work.rows * work.params}
         case Weights():

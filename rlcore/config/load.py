@@ -35,9 +35,6 @@ def _validate_ranks(cfg: RunConfig, smallest: int) -> None:
         raise ConfigError(f"{where} and runtime.trainer_workers ({rt.trainer_workers}) do not "
                           "combine: racing trainers each propose their own updates, a "
                           "trainer's ranks one; set one of them to 1")
-    if rt.clock == "virtual":
-        raise ConfigError(f"{where}: the virtual clock prices one trainer process; run "
-                          "ranks on the wall clock")
     part = smallest // t.minibatches
     groups = -(-part // cfg.rollout.group_size)
     if groups < rt.trainer_ranks:

@@ -227,8 +227,9 @@ class RuntimeConfig:
     trainer_ranks: int = _f(
         1, "areal: data-parallel ranks of the trainer, each a process holding the whole "
         "policy: they split every batch by whole groups, balanced by tokens, and sum their "
-        "gradients before each optimizer step (gloo on CPU; docs/placement.md). With one "
-        "trainer only.", minimum=1, maximum=64,
+        "gradients before each optimizer step (gloo on CPU; on the virtual clock one process, "
+        "priced as the ranks; docs/placement.md). With one trainer only.", minimum=1,
+        maximum=64,
     )
     collective_timeout_s: float = _f(
         60.0, "areal, trainer_ranks above 1: longest wait of a rank for the others, at their "

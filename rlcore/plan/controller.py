@@ -8,9 +8,9 @@ tally, and a batch for the trainer described by its size instead of its tensors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+from rlcore.algo.batching import slowest_rank_tokens
 from rlcore.algo.registry import objective
 from rlcore.algo.staleness import rollout_version, staleness
 from rlcore.clock.work import Handle, Reward
@@ -91,20 +91,13 @@ class PlanController:
         lengths = [len(i.payload.prompt_ids) + len(i.payload.response_ids) for i in items]
         self.p.trainer_qs[trainer].put(PlanTrain(
             batch_id, min(i.rollout_version for i in items),
-            update_tokens(lengths, self.cfg.train.minibatches),
+            slowest_rank_tokens(lengths, self.cfg.train.minibatches,
+                                self.cfg.runtime.trainer_ranks,
+                                [i.payload.slot.group_id for i in items],
+                                [len(i.payload.response_ids) for i in items]),
             len(lengths) * max(lengths) if objective(self.cfg.train.objective).needs_prox
             else 0))
 
     def unsettled(self) -> list[int]:
         """Staleness of the accepted samples never trained, at the version they arrived at."""
         return [staleness(i.arrival_version, i.rollout_version) for i in self.core.leftover()]
-
-
-def update_tokens(lengths: Sequence[int], minibatches: int) -> int:
-    """rows x padded width summed over the minibatches an update splits its batch into
-    (`HFPolicy.update`: near-equal consecutive parts)."""
-    n, total = len(lengths), 0
-    for m in range(minibatches):
-        part = lengths[m * n // minibatches:(m + 1) * n // minibatches]
-        total += len(part) * max(part, default=0)
-    return total

@@ -15,13 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rlcore.algo.batching import slowest_rank_tokens
 from rlcore.algo.registry import objective
 from rlcore.clock.profile import HardwareProfile, load_profile
 from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
 from rlcore.config import RunConfig
 from rlcore.errors import ConfigError
-from rlcore.plan.controller import PlanController, update_tokens
+from rlcore.plan.controller import PlanController
 from rlcore.plan.lengths import Lengths, geometric
 from rlcore.plan.roles import Plan
 from rlcore.plan.sampler import LengthPolicy
@@ -106,7 +107,8 @@ def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[
         if objective(cfg.train.objective).needs_prox:
             charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
         lora = cfg.train.lora is not None
-        charge(Update(tokens=update_tokens(lengths, cfg.train.minibatches), frozen_base=lora))
+        charge(Update(tokens=slowest_rank_tokens(lengths, cfg.train.minibatches),
+                      frozen_base=lora))
         trained += sum(sampler.length(i) for i in range(len(prompts)))
     wall = total["s"]
     return {"wall_s": wall, "updates_per_s": cfg.train.updates / wall if wall else 0.0,
@@ -158,6 +160,7 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
     the config would decode or copy otherwise than the profile priced (`profile_mismatch`)."""
     t0 = time.perf_counter()
     profile = (profile or load_profile(cfg.runtime.hardware)).under(cfg.train.lora)
+    profile.check_ranks(cfg.runtime.trainer_ranks)
     sync = plan_sync(cfg, work, profile)
     if cfg.mode == "sync":
         out = {**sync, "stale_drop_rate": 0.0,

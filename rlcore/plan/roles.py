@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlcore.clock.virtual import VirtualClock
-from rlcore.clock.work import Prefill, Update
+from rlcore.clock.work import AllReduce, Prefill, Update
 from rlcore.config import RunConfig
 from rlcore.plan.lengths import Lengths
 from rlcore.plan.sampler import LengthPolicy
@@ -134,6 +134,9 @@ class PlanTrainer(TrainerRole[PlanTrain]):
         if req.prefill_tokens:
             self.clock.charge(Prefill(calls=1, tokens=req.prefill_tokens))
         self.clock.charge(Update(tokens=req.tokens, frozen_base=self.cfg.train.lora is not None))
+        if (ranks := self.cfg.runtime.trainer_ranks) > 1:
+            self.clock.charge(AllReduce(calls=self.cfg.train.minibatches,
+                                        nbytes=self.ctx.slots.nbytes, ranks=ranks))
         return {}
 
     def propose(self, req: PlanTrain, stats: dict[str, float], t_start: float,

@@ -1,15 +1,16 @@
 """A data-parallel trainer's ranks: each holds the whole policy, trains its share of a batch
 and sums its gradients with the others' before every optimizer step.
 
-Every rank receives the whole batch and computes the same split of it (`shard_groups`), so
-no rank waits on another to learn what it trains. A rank's loss is the token mean over its
-share, weighted by its share of the batch's response tokens; the gradients summed over the
-ranks are then the token mean over the whole batch's, as one rank computes it, up to the
-order of the sums. Every rank applies the same summed gradients with the same optimizer
-state, so the ranks stay equal bit for bit, and an fp16 loss scaler that skips a step skips
-it on every rank. Only the trainable tensors are summed: under `train.lora` the adapters.
+Every rank receives the whole batch and computes the same split of it
+(`rlcore/algo/batching.py::shard_groups`), so no rank waits on another to learn what it
+trains. A rank's loss is the token mean over its share, weighted by its share of the batch's
+response tokens; the gradients summed over the ranks are then the token mean over the whole
+batch's, as one rank computes it, up to the order of the sums. Every rank applies the same
+summed gradients with the same optimizer state, so the ranks stay equal bit for bit, and an
+fp16 loss scaler that skips a step skips it on every rank. Only the trainable tensors are
+summed: under `train.lora` the adapters.
 
-The ranks meet in a `torch.distributed` group of their own (gloo on CPU, NCCL on CUDA),
+The ranks meet in a `torch.distributed` group of their own (gloo: ranks run on CPU so far),
 formed through a rendezvous file private to the run, and every collective waits at most
 `timeout_s`: a rank that died ends the others' wait with an error, never a hang.
 """
@@ -17,39 +18,13 @@ formed through a rendezvous file private to the run, and every collective waits 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from rlcore.errors import ConfigError
-
-
-def shard_groups(group_ids: Sequence[int], tokens: Sequence[int], ranks: int
-                 ) -> list[list[int]]:
-    """Each rank's sample indices: whole groups (runs of equal ids), the largest first to
-    the rank with the fewest tokens so far (the lowest on a tie), each rank's in batch
-    order. Raises ValueError when there are fewer groups than ranks."""
-    if len(group_ids) != len(tokens):
-        raise ValueError("one token count per sample")
-    groups: list[list[int]] = []
-    for i, g in enumerate(group_ids):
-        if i == 0 or g != group_ids[i - 1]:
-            groups.append([])
-        groups[-1].append(i)
-    if len(groups) < ranks:
-        raise ValueError(f"{len(groups)} groups cannot give each of {ranks} ranks one")
-    load = [0] * ranks
-    shards: list[list[int]] = [[] for _ in range(ranks)]
-    weight = [sum(tokens[i] for i in g) for g in groups]
-    # the first `ranks` groups go one to a rank, so none is left without a sample
-    order = sorted(range(len(groups)), key=lambda j: (-weight[j], j))
-    for n, j in enumerate(order):
-        r = n if n < ranks else min(range(ranks), key=lambda q: (load[q], q))
-        shards[r].extend(groups[j])
-        load[r] += weight[j]
-    return [sorted(s) for s in shards]
 
 
 class RankGroup:
@@ -102,9 +77,3 @@ class RankGroup:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def token_share(shard: Sequence[int], tokens: Sequence[int]) -> float:
-    """A rank's weight in the summed loss: its response tokens over the batch's."""
-    total = sum(tokens)
-    return sum(tokens[i] for i in shard) / total if total else 0.0

@@ -18,12 +18,18 @@ from typing import Any
 import torch
 from transformers.utils import logging as hf_logging
 
+from rlcore.algo.batching import (
+    minibatch_parts,
+    shard_groups,
+    slowest_rank_tokens,
+    token_share,
+)
 from rlcore.algo.objectives import Correction, Inputs, Knobs, LossStats
 from rlcore.algo.registry import objective
 from rlcore.clock import WALL, Clock
-from rlcore.clock.work import Prefill, Update
+from rlcore.clock.work import AllReduce, Prefill, Update
 from rlcore.config import ConfigError, ModelConfig, TrainConfig
-from rlcore.policy.data_parallel import RankGroup, shard_groups, token_share
+from rlcore.policy.data_parallel import RankGroup
 from rlcore.policy.decoders import Decoders, resolve_decode
 from rlcore.policy.device import bind, resolve_device
 from rlcore.policy.digest import state_digest
@@ -128,6 +134,7 @@ class HFPolicy:
             self.model = wrap(self.model, self.lora, self.targets)
             self.adapter = adapter_params(self.model)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.trainable_bytes = sum(p.numel() * p.element_size() for p in self.trainable)
         # a LoRA rollout has nothing to train
         self.optimizer = torch.optim.AdamW(
             self.trainable, lr=train_cfg.lr, betas=(train_cfg.betas[0], train_cfg.betas[1]),
@@ -137,6 +144,10 @@ class HFPolicy:
         self.skipped_in_a_row = 0  # optimizer steps the scaler skipped since one applied
         # a data-parallel trainer's ranks (rlcore.policy.data_parallel): None, one trains all
         self.ranks: RankGroup | None = None
+        # on the virtual clock, the ranks this one process trains for: it computes their
+        # update whole (theirs up to the order of sums) and is charged their time, the
+        # slowest rank's share and the gradient sum
+        self.priced_ranks = 1
 
     # --- text ---------------------------------------------------------------------------
     def encode_prompt(self, prompt: str, system: str | None = None) -> list[int]:
@@ -263,10 +274,7 @@ class HFPolicy:
         cfg, clock = self.train_cfg, self.clock
         t0 = clock.now()
         n = len(batch)
-        # Near-equal parts: a batch of whole groups may be short of update_batch_size, and no
-        # sample may fall outside every minibatch.
-        parts = [list(range(m * n // cfg.minibatches, (m + 1) * n // cfg.minibatches))
-                 for m in range(cfg.minibatches)]
+        parts = minibatch_parts(n, cfg.minibatches)
         shares = None if self.ranks is None else [self._share(batch, idx) for idx in parts]
         mine = parts if shares is None else [idx for idx, _ in shares]
         prox_all: list[list[float]] | None = None
@@ -283,11 +291,21 @@ class HFPolicy:
             for i, lp in zip(rows, recomputed, strict=True):
                 prox_all[i] = lp
         t_prox = clock.now() - t0
-        tokens = sum(padded_tokens(batch.select(idx)) for idx in mine)
+        if self.priced_ranks > 1:
+            tokens = slowest_rank_tokens(
+                [len(p) + len(r) for p, r in zip(batch.prompt_ids, batch.response_ids,
+                                                 strict=True)],
+                cfg.minibatches, self.priced_ranks, batch.groups(),
+                [len(r) for r in batch.response_ids])
+        else:
+            tokens = sum(padded_tokens(batch.select(idx)) for idx in mine)
         lora = self.lora is not None
         totals = clock.compute(Update(tokens=tokens, frozen_base=lora), lambda: self._steps(
             batch, mine, prox_all, temperature=temperature, current_version=current_version,
             weights=None if shares is None else [w for _, w in shares]))
+        if self.priced_ranks > 1:
+            clock.charge(AllReduce(calls=len(parts), nbytes=self.trainable_bytes,
+                                   ranks=self.priced_ranks))
         totals["time/prox_recompute_s"] = t_prox
         totals["time/update_s"] = clock.now() - t0
         return totals

@@ -253,7 +253,8 @@ class Runtime(Lifecycle):
         cpus, self.unpinned_reason = placement(rt, devices)
         self.rank_dir = None
         ranks = None
-        if rt.trainer_ranks > 1:
+        # ranks of their own on the wall clock; on the virtual one the trainer prices them
+        if rt.trainer_ranks > 1 and vehicle.processes:
             if devices["trainer"].type != "cpu":
                 raise ConfigError(
                     f"runtime.trainer_ranks ({rt.trainer_ranks}): ranks run on CPU (gloo) so "

@@ -197,6 +197,8 @@ class Trainer(TrainerRole[TrainRequest]):
         check_arrival(ctx.slots, self.version, self.named, ctx.name)
         if ctx.ranks is not None:
             self.policy.ranks = join_ranks(ctx.ranks, 0)
+        elif ctx.clock.virtual:
+            self.policy.priced_ranks = ctx.cfg.runtime.trainer_ranks
         self.ops: list[TrainerOp] = []  # steps not reported yet
         self.steps = 0
 
