@@ -17,7 +17,7 @@ from rlcore.clock.work import Decode, Prefill, Work
 from rlcore.config import config_from_dict
 from rlcore.errors import ConfigError
 from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
-from rlcore.plan.planner import plan, workload
+from rlcore.plan.planner import SPLIT, pick, plan, splits, workload
 from rlcore.plan.sampler import LengthPolicy, LengthSampler
 from rlcore.policy.sampler import Draws
 from rlcore.record.schedule import ScheduleLog
@@ -278,6 +278,45 @@ def test_staleness_zero_with_admission_control_plans_no_drop(tiny_model_dir: Pat
     p = plan(cfg, workload(cfg))
     assert set(p["staleness"]) == {"0"} and p["stale_drop_rate"] == 0.0
     assert p["samples"]["accepted"] == cfg.train.updates * cfg.train.update_batch_size
+
+
+def test_the_pick_is_the_split_with_the_most_updates_per_second():
+    assert splits(4) == [(1, 3), (2, 2), (3, 1)]
+    plans = [{SPLIT: "1+3", "updates_per_s": 0.5}, {SPLIT: "2+2", "updates_per_s": 1.0},
+             {SPLIT: "3+1", "updates_per_s": 1.0}]
+    best = pick(plans, 4)
+    assert best[SPLIT] == "3+1"  # a tie: fewer trainer ranks
+    assert [p["gpu_s_per_update"] for p in plans] == [8.0, 4.0, 4.0]
+
+
+def test_cli_plans_every_split_of_n_gpus(tiny_model_dir: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]):
+    """`--gpus 3` plans 1+2 and 2+1 on a profile that prices a gradient sum, names the
+    pick, and lists a split that cannot run (two ranks for a minibatch of one group) with
+    its reason instead of a plan."""
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 1, interrupt="resubmit",
+                         staleness_control="filter")
+    hw = tmp_path / "three.yaml"
+    hw.write_text(yaml.safe_dump({**RUN_PROFILE, "name": "three",
+                                  "allreduce": {"call_s": 1e-3, "gb_per_s": 1.0,
+                                                "gil_share": 0.0}}))
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg.to_dict()))
+    out = tmp_path / "plans.json"
+    assert main(["plan", str(path), "--gpus", "3", "--hardware", str(hw), "--mean-tokens",
+                 "3", "--out", str(out)]) == 0
+    plans = json.loads(out.read_text())
+    assert [p[SPLIT] for p in plans] == ["1+2", "2+1"]
+    text = capsys.readouterr().out
+    best = max(plans, key=lambda p: p["updates_per_s"])
+    assert f"pick: {best[SPLIT]} (rollout workers + trainer ranks) on 3 GPUs" in text
+    # batches of 4 in groups of 4: no second rank has a group of its own
+    assert main(["plan", str(path), "--gpus", "3", "--hardware", str(hw), "--mean-tokens",
+                 "3", "--set", "train.update_batch_size=4"]) == 0
+    text = capsys.readouterr().out
+    assert "not planned: 1+2: runtime.trainer_ranks (2)" in text and "pick: 2+1" in text
+    assert main(["plan", str(path), "--gpus", "3", "--sweep", "seed=0,1"]) == 2
+    assert "give no --sweep" in capsys.readouterr().err
 
 
 def test_cli_sweeps_and_writes_the_plans(tiny_model_dir: Path, tmp_path: Path,

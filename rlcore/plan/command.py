@@ -14,14 +14,42 @@ from rlcore.config.arguments import add_config, add_overrides, say_which_part_ru
 def _plan(args: argparse.Namespace) -> int:
     from rlcore.clock.profile import load_profile
     from rlcore.plan.lengths import chosen
-    from rlcore.plan.planner import plan_sweep, sweep_values, table
+    from rlcore.plan.planner import (
+        SPLIT,
+        pick,
+        plan_sweep,
+        split_settings,
+        splits,
+        sweep_values,
+        table,
+    )
     from rlcore.record.summary import mismatch_warning
 
     say_which_part_runs(args.config)
     base = [*args.set, *([f"runtime.hardware={args.hardware}"] if args.hardware else [])]
-    key, values = sweep_values(args.sweep) if args.sweep else ("mode", [None])
-    cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))
-            for v in values]
+    refused: list[str] = []
+    values: list[str | None]
+    if args.gpus is not None:
+        if args.sweep:
+            raise ConfigError("--gpus sweeps the splits of its devices: give no --sweep with it")
+        key, values, cfgs = SPLIT, [], []
+        for r, m in splits(args.gpus):
+            try:
+                cfg = load_config(args.config, base + split_settings(r, m))
+                load_profile(cfg.runtime.hardware).check_ranks(m)
+            except ConfigError as e:  # a split that cannot run: said, not planned
+                refused.append(f"{r}+{m}: {e}")
+                continue
+            cfgs.append(cfg)
+            values.append(f"{r}+{m}")
+        if not cfgs:
+            raise ConfigError(f"no split of {args.gpus} GPUs can run this config:\n"
+                              + "\n".join(refused))
+    else:
+        key, swept = sweep_values(args.sweep) if args.sweep else ("mode", [None])
+        values = list(swept)
+        cfgs = [load_config(args.config, base + ([f"{key}={v}"] if v is not None else []))
+                for v in values]
     runs = args.lengths or [None]
     if len(runs) not in (1, len(values)):
         raise ConfigError(f"{len(runs)} --lengths for {len(values)} sweep values: give one, "
@@ -38,6 +66,13 @@ def _plan(args: argparse.Namespace) -> int:
                               for c, p in zip(cfgs, plans, strict=True) if p["profile_mismatch"]):
         print(line, file=sys.stderr)
     print(table(plans, key))
+    if args.gpus is not None:
+        best = pick(plans, args.gpus)
+        for line in refused:
+            print(f"not planned: {line}")
+        print(f"pick: {best[SPLIT]} (rollout workers + trainer ranks) on {args.gpus} GPUs: "
+              f"{best['updates_per_s']:.2f} updates/s, {best['gpu_s_per_update']:.2f} "
+              "GPU-seconds an update")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(plans, indent=1) + "\n")
@@ -51,6 +86,10 @@ def add_arguments(name: str, pl: argparse.ArgumentParser) -> None:
     pl.add_argument("--hardware", help="profile name or path (default: runtime.hardware)")
     pl.add_argument("--sweep", metavar="KEY=V1,V2,...",
                     help="one plan per value, e.g. staleness.staleness_k=0,1,2,4,8")
+    pl.add_argument("--gpus", type=int, metavar="N",
+                    help="plan AReaL-style on N devices, one plan per split into rollout "
+                         "workers and trainer ranks (a device each), and pick the split with "
+                         "the most updates/s (docs/placement.md)")
     pl.add_argument("--lengths", metavar="RUN_DIR", action="append",
                     help="draw response lengths from a finished run's samples, each attempt "
                          "at a task from that task's own (tasks the run never sampled: from "

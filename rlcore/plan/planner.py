@@ -10,6 +10,7 @@ hour is spent.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -191,6 +192,29 @@ def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
             replace(works[k], lengths=own.capped(cfg.rollout.max_new_tokens))
         plans.append({key: value if value is not None else cfg.mode, **plan(cfg, work)})
     return plans
+
+
+SPLIT = "rollout+trainer"  # a split's label in a plan: rollout workers + trainer ranks
+
+
+def splits(gpus: int) -> list[tuple[int, int]]:
+    """Every split of `gpus` devices into R rollout workers and M trainer ranks, a device
+    each, R and M at least 1."""
+    return [(r, gpus - r) for r in range(1, gpus)]
+
+
+def split_settings(rollout: int, trainer: int) -> list[str]:
+    """The overrides that make a config AReaL-style on this split."""
+    return ["mode=areal", f"runtime.rollout_workers={rollout}",
+            f"runtime.trainer_ranks={trainer}", "runtime.trainer_workers=1"]
+
+
+def pick(plans: list[dict[str, Any]], gpus: int) -> dict[str, Any]:
+    """The split with the most updates/s (the fewer trainer ranks on a tie); each plan gains
+    its GPU-seconds per update on `gpus` devices."""
+    for p in plans:
+        p["gpu_s_per_update"] = gpus / p["updates_per_s"] if p["updates_per_s"] else math.inf
+    return max(plans, key=lambda p: (p["updates_per_s"], -int(p[SPLIT].split("+")[1])))
 
 
 def sweep_values(spec: str) -> tuple[str, list[str]]:
