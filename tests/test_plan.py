@@ -13,11 +13,12 @@ import yaml
 
 from rlcore.algo.batching import slowest_rank_tokens
 from rlcore.cli import main
+from rlcore.clock.profile import profile_from_dict
 from rlcore.clock.work import Decode, Prefill, Work
 from rlcore.config import config_from_dict
 from rlcore.errors import ConfigError
 from rlcore.plan.lengths import Lengths, empirical, fitted, geometric
-from rlcore.plan.planner import SPLIT, pick, plan, splits, workload
+from rlcore.plan.planner import SPLIT, pick, plan, plan_sync, splits, workload
 from rlcore.plan.sampler import LengthPolicy, LengthSampler
 from rlcore.policy.sampler import Draws
 from rlcore.record.schedule import ScheduleLog
@@ -289,6 +290,32 @@ def test_the_pick_is_the_split_with_the_most_updates_per_second():
     assert [p["gpu_s_per_update"] for p in plans] == [8.0, 4.0, 4.0]
 
 
+def test_sync_on_n_devices_samples_and_trains_their_shares(tiny_model_dir: Path,
+                                                           tmp_path: Path):
+    """Sync on 2 devices: each samples half the groups at once, so where sampling costs per
+    row the batch is ready in about half the time; then two ranks train, each its half, and
+    sum their gradients. Where sampling costs per step, the devices gain nothing."""
+    cfg = virtual_config(tiny_model_dir, tmp_path, "sync", 0)
+    work = workload(cfg)
+
+    def profile(decode: dict[str, float]) -> Any:
+        return profile_from_dict({**RUN_PROFILE, "decode": {**RUN_PROFILE["decode"], **decode},
+                                  "update": {"call_s": 0.0, "per_token_s": 0.0,
+                                             "gil_share": 0.0},
+                                  "allreduce": {"call_s": 1e-3, "gb_per_s": 1e3,
+                                                "gil_share": 0.0}})
+
+    per_row = profile({"step_s": 0.0, "per_row_s": 1e-2, "per_row_context_s": 0.0})
+    one, two = plan_sync(cfg, work, per_row), plan_sync(cfg, work, per_row, devices=2)
+    assert 0.4 < two["wall_s"] / one["wall_s"] < 0.6
+    assert (two["tokens_generated"], two["tokens_trained"]) == \
+        (one["tokens_generated"], one["tokens_trained"])
+    per_step = profile({"step_s": 1e-2, "per_row_s": 0.0, "per_row_context_s": 0.0})
+    one, two = plan_sync(cfg, work, per_step), plan_sync(cfg, work, per_step, devices=2)
+    # the same steps on each device, plus a gradient sum per update
+    assert two["wall_s"] >= one["wall_s"] * 0.9
+
+
 def test_cli_plans_every_split_of_n_gpus(tiny_model_dir: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]):
     """`--gpus 3` plans 1+2 and 2+1 on a profile that prices a gradient sum, names the
@@ -310,6 +337,9 @@ def test_cli_plans_every_split_of_n_gpus(tiny_model_dir: Path, tmp_path: Path,
     text = capsys.readouterr().out
     best = max(plans, key=lambda p: p["updates_per_s"])
     assert f"pick: {best[SPLIT]} (rollout workers + trainer ranks) on 3 GPUs" in text
+    # sync's batches of 8 in groups of 4 feed two devices, not three
+    assert "sync on 2 GPUs (of 3: a minibatch of its batch has 2 groups" in text
+    assert all(p["sync_devices"] == 2 for p in plans)
     # batches of 4 in groups of 4: no second rank has a group of its own
     assert main(["plan", str(path), "--gpus", "3", "--hardware", str(hw), "--mean-tokens",
                  "3", "--set", "train.update_batch_size=4"]) == 0

@@ -57,7 +57,7 @@ def _plan(args: argparse.Namespace) -> int:
     lengths = [chosen(run, cfgs[0].rollout.max_new_tokens, fit=args.fit,
                       as_recorded=args.as_recorded, mean_tokens=args.mean_tokens,
                       pooled=args.pooled) for run in runs] * (len(values) // len(runs))
-    plans = plan_sweep(cfgs, key, list(values), lengths)
+    plans = plan_sweep(cfgs, key, list(values), lengths, sync_devices=args.gpus or 1)
     first = plans[0]
     print(f"{args.config} on {first['hardware']}, {cfgs[0].train.updates} updates; "
           f"response lengths {first['lengths']}")
@@ -70,6 +70,12 @@ def _plan(args: argparse.Namespace) -> int:
         best = pick(plans, args.gpus)
         for line in refused:
             print(f"not planned: {line}")
+        sync_rate = cfgs[0].train.updates / best["sync_wall_s"]
+        used = best["sync_devices"]
+        fewer = ("" if used == args.gpus else f" (of {args.gpus}: a minibatch of its batch "
+                 f"has {used} group{'s' if used > 1 else ''}, one to a device)")
+        print(f"sync on {used} GPUs{fewer}, each sampling its share of a batch and then "
+              f"training it as a rank: {sync_rate:.2f} updates/s; `vs sync` is against it")
         print(f"pick: {best[SPLIT]} (rollout workers + trainer ranks) on {args.gpus} GPUs: "
               f"{best['updates_per_s']:.2f} updates/s, {best['gpu_s_per_update']:.2f} "
               "GPU-seconds an update")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,7 +21,7 @@ from rlcore.algo.batching import slowest_rank_tokens
 from rlcore.algo.registry import objective
 from rlcore.clock.profile import HardwareProfile, load_profile
 from rlcore.clock.virtual import VirtualClock
-from rlcore.clock.work import Handle, Prefill, Reward, Update, Work
+from rlcore.clock.work import AllReduce, Handle, Prefill, Reward, Update, Work
 from rlcore.config import RunConfig
 from rlcore.errors import ConfigError
 from rlcore.plan.controller import PlanController
@@ -79,38 +80,73 @@ def weight_bytes(profile: HardwareProfile, work: Workload) -> int:
     return profile.model_bytes if profile.model_bytes is not None else work.trainable_bytes
 
 
-def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict[str, Any]:
+def plan_sync(cfg: RunConfig, work: Workload, profile: HardwareProfile, devices: int = 1
+              ) -> dict[str, Any]:
     """Sync's seconds and tokens for `cfg.train.updates` updates: generate, score, train, in
-    turn, as `sync_train` does, each step at its price."""
+    turn, as `sync_train` does, each step at its price. On `devices` > 1 devices, as AReaL
+    compares at equal GPUs: each generates its share of the batch's groups at once, then
+    each trains its share as a data-parallel rank (the slowest rank's tokens and a gradient
+    sum per step); the weights stay where they are, so nothing is copied."""
     total = {"s": 0.0}
 
     def charge(w: Work) -> None:
         total["s"] += profile.seconds(w)
 
     ro, b = cfg.rollout, cfg.train.update_batch_size
-    policy = LengthPolicy(charge, work.tasks, work.prompt_tokens, work.lengths,
-                          work.adapter_elements, profile.prices_captured_steps)
+    # each device's sampling seconds of the current batch (one device: charged in turn)
+    shares = [{"s": 0.0} for _ in range(devices)]
+
+    def on_device(t: dict[str, float]) -> Callable[[Work], None]:
+        return charge if devices == 1 else (
+            lambda w: t.__setitem__("s", t["s"] + profile.seconds(w)))
+
+    policies = [LengthPolicy(on_device(t), work.tasks, work.prompt_tokens, work.lengths,
+                             work.adapter_elements, profile.prices_captured_steps)
+                for t in shares]
     stream = PromptStream(work.tasks, cfg.seed)
     sampled = trained = 0
     for version in range(cfg.train.updates):
-        prompts = [p for p in stream.take(b // ro.group_size) for _ in range(ro.group_size)]
-        slots = range(version * len(prompts), (version + 1) * len(prompts))
-        sampler = policy.sampler([policy.encode_prompt(p.task.prompt, p.task.system)
-                                  for p in prompts],
-                                 max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
-                                 draws=Draws(cfg.seed, [(s, 0) for s in slots]))
-        sampled += generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled
+        groups = stream.take(b // ro.group_size)
+        prompts = [p for p in groups for _ in range(ro.group_size)]
+        first = version * len(prompts)
+        lengths: list[int] = []
+        for t in shares:
+            t["s"] = 0.0
+        for d, policy in enumerate(policies):  # device d: groups d, d + devices, ...
+            mine = [i for i in range(len(prompts)) if (i // ro.group_size) % devices == d]
+            if not mine:
+                continue
+            sampler = policy.sampler([policy.encode_prompt(prompts[i].task.prompt,
+                                                           prompts[i].task.system)
+                                      for i in mine],
+                                     max_new_tokens=ro.max_new_tokens,
+                                     temperature=ro.temperature,
+                                     draws=Draws(cfg.seed, [(first + i, 0) for i in mine]))
+            sampled += generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled
+            for j, i in enumerate(mine):
+                lengths.append(work.prompt_tokens[prompts[i].task.prompt] + sampler.length(j))
+                trained += sampler.length(j)
+        if devices > 1:  # the devices sample at once: the batch is ready with the last
+            total["s"] += max(t["s"] for t in shares)
         for _ in prompts:
             charge(Reward(kind=cfg.reward.verifier))
         charge(Handle(samples=len(prompts)))
-        lengths = [work.prompt_tokens[p.task.prompt] + sampler.length(i)
-                   for i, p in enumerate(prompts)]
         if objective(cfg.train.objective).needs_prox:
             charge(Prefill(calls=1, tokens=len(lengths) * max(lengths)))
         lora = cfg.train.lora is not None
-        charge(Update(tokens=slowest_rank_tokens(lengths, cfg.train.minibatches),
-                      frozen_base=lora))
-        trained += sum(sampler.length(i) for i in range(len(prompts)))
+        if devices == 1:
+            charge(Update(tokens=slowest_rank_tokens(lengths, cfg.train.minibatches),
+                          frozen_base=lora))
+        else:
+            order = sorted(range(len(prompts)),
+                           key=lambda i: ((i // ro.group_size) % devices, i))
+            charge(Update(tokens=slowest_rank_tokens(
+                lengths, cfg.train.minibatches, devices,
+                [i // ro.group_size for i in order],
+                [lengths[k] - work.prompt_tokens[prompts[i].task.prompt]
+                 for k, i in enumerate(order)]), frozen_base=lora))
+            charge(AllReduce(calls=cfg.train.minibatches, nbytes=weight_bytes(profile, work),
+                             ranks=devices))
     wall = total["s"]
     return {"wall_s": wall, "updates_per_s": cfg.train.updates / wall if wall else 0.0,
             "accepted_samples_per_s": cfg.train.updates * b / wall if wall else 0.0,
@@ -154,15 +190,19 @@ def plan_async(cfg: RunConfig, work: Workload, profile: HardwareProfile) -> dict
     }
 
 
-def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
-         ) -> dict[str, Any]:
+def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None,
+         sync_devices: int = 1) -> dict[str, Any]:
     """A plan of `cfg` on `profile` (default: `runtime.hardware`): the async figures (sync's
-    for a sync config), with sync's time beside them and the planner's own seconds, and where
-    the config would decode or copy otherwise than the profile priced (`profile_mismatch`)."""
+    for a sync config), with sync's time beside them (on `sync_devices` devices) and the
+    planner's own seconds, and where the config would decode or copy otherwise than the
+    profile priced (`profile_mismatch`)."""
     t0 = time.perf_counter()
     profile = (profile or load_profile(cfg.runtime.hardware)).under(cfg.train.lora)
-    profile.check_ranks(cfg.runtime.trainer_ranks)
-    sync = plan_sync(cfg, work, profile)
+    # sync's batch is always B: a device for each group of a minibatch, at most
+    fed = max(1, cfg.train.update_batch_size // cfg.train.minibatches // cfg.rollout.group_size)
+    sync_devices = min(sync_devices, fed)
+    profile.check_ranks(max(cfg.runtime.trainer_ranks, sync_devices))
+    sync = plan_sync(cfg, work, profile, sync_devices)
     if cfg.mode == "sync":
         out = {**sync, "stale_drop_rate": 0.0,
                "wasted_token_share": wasted_token_share(sync["tokens_generated"],
@@ -172,13 +212,13 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None
         out = plan_async(cfg, work, profile)
     return {"mode": cfg.mode, "hardware": profile.name, "lengths": work.lengths.source,
             "profile_mismatch": profile_mismatch(cfg, profile),
-            **out, "sync_wall_s": sync["wall_s"],
+            **out, "sync_wall_s": sync["wall_s"], "sync_devices": sync_devices,
             "speedup_vs_sync": sync["wall_s"] / out["wall_s"] if out["wall_s"] else 0.0,
             "plan_s": time.perf_counter() - t0}
 
 
 def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
-               lengths: list[Lengths | None]) -> list[dict[str, Any]]:
+               lengths: list[Lengths | None], sync_devices: int = 1) -> list[dict[str, Any]]:
     """One plan per config of a sweep, labelled `key`: the value (the mode without a sweep),
     each with its own lengths; the prompts and the model are read once unless the sweep
     changes them."""
@@ -190,7 +230,8 @@ def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
             works[k] = workload(cfg, own)
         work = works[k] if own is None else \
             replace(works[k], lengths=own.capped(cfg.rollout.max_new_tokens))
-        plans.append({key: value if value is not None else cfg.mode, **plan(cfg, work)})
+        plans.append({key: value if value is not None else cfg.mode,
+                      **plan(cfg, work, sync_devices=sync_devices)})
     return plans
 
 
