@@ -254,3 +254,15 @@ def test_a_profile_without_an_allreduce_cannot_price_ranks(tiny_model_dir: Path,
         **cfg.to_dict()["runtime"], "trainer_ranks": 2}})
     with pytest.raises(ConfigError, match="prices no gradient sum between ranks"):
         run_mode(ranks, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_calibrate_times_two_gloo_ranks_summing(tiny_model_dir: Path):
+    """`rlcore calibrate`'s all-reduce term: two rank processes sum the trainable state's
+    float32 gradients at three sizes; the fit's terms are a call's seconds and GB/s."""
+    from rlcore.measure.copy_timings import time_allreduce
+
+    cfg = config_from_dict(small_config(tiny_model_dir, model={"trainer_device": "cpu"}))
+    fit = time_allreduce(cfg, reps=1)
+    assert fit is not None and fit.n == 3 * 3
+    assert all(c >= 0 for c in fit.coef) and sum(fit.coef) > 0

@@ -39,6 +39,7 @@ from rlcore.clock.virtual import (
 )
 from rlcore.clock.work import (
     Adapters,
+    AllReduce,
     Commit,
     Decode,
     Handle,
@@ -617,3 +618,6 @@ class TestCalibrate:
         # what it priced: the config's decode path and transport on this CPU
         assert (loaded.decode_path, loaded.weight_transport, loaded.device_type) == (
             "static", "host", "cpu")
+        # and two gloo ranks summing gradients, so that it prices a trainer of ranks
+        assert loaded.allreduce is not None
+        assert loaded.seconds(AllReduce(calls=1, nbytes=10**8, ranks=2)) > 0

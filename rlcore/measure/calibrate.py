@@ -32,7 +32,12 @@ from rlcore.clock.profile import (
 )
 from rlcore.config import RunConfig
 from rlcore.kernels import cpu_name, pin
-from rlcore.measure.copy_timings import time_digests, time_weights, weight_copies
+from rlcore.measure.copy_timings import (
+    time_allreduce,
+    time_digests,
+    time_weights,
+    weight_copies,
+)
 from rlcore.measure.sharing import concurrent_slowdown, decode_work, gil_share, update_work
 from rlcore.measure.timings import (
     Fit,
@@ -61,6 +66,7 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
     adapters = time_adapters(cfg, reps)
     write, read, transport = time_weights(cfg, reps)
     sha256 = time_digests(cfg, reps)
+    allreduce = time_allreduce(cfg, reps)
     answer_s = time_rewards(cfg, 2000)
     math_s = time_rewards(cfg, 200, "math")
     controller = time_controller(cfg, 5 * reps, answer_s)
@@ -86,6 +92,9 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         weight_read=CopyCost(read.coef[0], _bandwidth(read), gil_share=0.1),
         # assumed, as for the copies: hashlib lets go of the lock over buffers of 2 KB and more
         sha256=CopyCost(sha256.coef[0], _bandwidth(sha256), gil_share=0.1),
+        # assumed: gloo's sum runs in its own threads, the caller waits with the lock let go
+        allreduce=(CopyCost(allreduce.coef[0], _bandwidth(allreduce), gil_share=0.05)
+                   if allreduce is not None else None),
         reward=RewardCost(answer_s=answer_s, code_s=0.05, math_s=math_s, gil_share=1.0),
         controller=ControllerCost(controller.coef[0], controller.coef[1]),
         commit=CommitCost(commit_s),
@@ -95,7 +104,8 @@ def calibrate(cfg: RunConfig, name: str, reps: int = 3) -> tuple[HardwareProfile
         weight_transport=transport, device_type=copies.rollout.type)
     fits = {"decode": decode, "prefill": prefill, "update": update,
             "lora_update": lora_update, "adapters": adapters, "weight_write": write,
-            "weight_read": read, "sha256": sha256, "controller": controller}
+            "weight_read": read, "sha256": sha256, "controller": controller,
+            **({"allreduce": allreduce} if allreduce is not None else {})}
     report = "\n".join(f"  {k:<13} residual {f.residual:6.1%} over {f.n} timings: "
                        f"{', '.join(f'{c:.3g}' for c in f.coef)}" for k, f in fits.items())
     report += (f"\n  reward        answer {answer_s:.3g} s (median of 2000), math "

@@ -128,3 +128,64 @@ def time_digests(cfg: RunConfig, reps: int) -> Fit:
             if rep:
                 points.append((gb, time.perf_counter() - t0))
     return nonneg_lstsq([[1.0, g] for g, _ in points], [s for _, s in points])
+
+
+def _allreduce_rank(rendezvous: str, rank: int, world: int, sizes: list[int], reps: int,
+                    out: str) -> None:
+    """A rank of `time_allreduce`: each size summed `reps` + 1 times (the first warms the
+    connection); rank 0 writes the seconds of each."""
+    from rlcore.kernels import take_intel_mkl_paths
+
+    take_intel_mkl_paths()
+    from pathlib import Path
+
+    from rlcore.policy.data_parallel import RankGroup
+
+    torch.set_num_threads(1)
+    group = RankGroup(Path(rendezvous), rank, world, timeout_s=120)
+    times = []
+    try:
+        for n in sizes:
+            buf = torch.ones(n, dtype=torch.float32)
+            for rep in range(reps + 1):
+                group.sum_([torch.zeros(1)])  # the ranks start together
+                t0 = time.perf_counter()
+                group.sum_([buf])
+                if rep:
+                    times.append((n, time.perf_counter() - t0))
+    finally:
+        group.close()
+    if rank == 0:
+        Path(out).write_text("\n".join(f"{n} {s}" for n, s in times))
+
+
+def time_allreduce(cfg: RunConfig, reps: int, ranks: int = 2) -> Fit | None:
+    """(calls, ring GB) of `ranks` trainer ranks summing float32 gradients of cfg's trainable
+    state at three sizes, over gloo between processes on this host; None when the trainer
+    is on a GPU (its ranks would sum over NCCL, which this does not time)."""
+    import multiprocessing as mp
+    import tempfile
+    from pathlib import Path
+
+    if resolve_device(cfg.model.trainer_device, "trainer").type != "cpu":
+        return None
+    sizes = [spec_bytes(s) // 4 for s in weight_scales(trainable_spec(cfg.model.path,
+                                                                      cfg.train.lora))]
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="rlcore-allreduce-") as tmp:
+        out = str(Path(tmp) / "times")
+        procs = [ctx.Process(target=_allreduce_rank,
+                             args=(str(Path(tmp) / "rendezvous"), r, ranks, sizes, 3 * reps,
+                                   out)) for r in range(ranks)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(300)
+            if p.is_alive():
+                p.kill()
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"timing the all-reduce: ranks exited {[p.exitcode for p in procs]}")
+        rows = [line.split() for line in Path(out).read_text().splitlines()]
+    ring = 2 * (ranks - 1) / ranks
+    return nonneg_lstsq([[1.0, ring * 4 * int(n) / 1e9] for n, _ in rows],
+                        [float(s) for _, s in rows])
