@@ -480,6 +480,7 @@ class TestBuffersSentThroughCudaIpcAreReturned:
         order: list[str] = []
         rt = object.__new__(Runtime)  # its parts only: building one needs a GPU here
         rt.watchdog = None
+        rt.rank_dir = None  # no trainer ranks
         rt.v = SimpleNamespace(processes=processes,  # type: ignore[assignment]
                                end_all=lambda ends: order.append("end_all"))
         rt.slots = SimpleNamespace(transport=transport,  # type: ignore[assignment]
