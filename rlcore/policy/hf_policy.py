@@ -313,7 +313,8 @@ class HFPolicy:
     def _share(self, batch: TrainBatch, part: list[int]) -> tuple[list[int], float]:
         """This rank's samples of a part of the batch, and its share of the part's tokens."""
         assert self.ranks is not None
-        groups = [batch.groups()[i] for i in part]
+        every = batch.groups()
+        groups = [every[i] for i in part]
         tokens = [len(batch.response_ids[i]) for i in part]
         shard = shard_groups(groups, tokens, self.ranks.world)[self.ranks.rank]
         return [part[j] for j in shard], token_share(shard, tokens)
@@ -348,13 +349,10 @@ class HFPolicy:
             if weights is not None:
                 loss = loss * weights[m]
             self.optimizer.zero_grad(set_to_none=True)
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+            loss = self.sum_gradients(loss)  # before unscaling: every rank sees the same sums
             if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-                self.sum_gradients(loss)
                 self.scaler.unscale_(self.optimizer)
-            else:
-                loss.backward()
-                loss = self.sum_gradients(loss)
             clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, clip))
             applied = optimizer_step(self.optimizer, self.scaler)
