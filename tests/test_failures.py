@@ -328,6 +328,37 @@ def test_shutdown_takes_no_lock_a_killed_worker_may_hold(tiny_model_dir: Path):
             lock.release()
 
 
+def test_two_readers_of_one_queue_never_wait_past_their_timeout():
+    """Rollout workers share the prompt queue: when two read at once and one message is
+    there, the other gets it or nothing within its timeout (a reader once saw the message,
+    lost it to the other and then waited for the next one for good)."""
+    import queue
+
+    q = Processes().queue()
+
+    def read(start: threading.Barrier, got: list[Any]) -> None:
+        start.wait()
+        try:
+            got.append(q.get(timeout=0.01))
+        except queue.Empty:
+            got.append(None)
+
+    for _ in range(200):
+        q.put(["prompt"])
+        got: list[Any] = []
+        start = threading.Barrier(2)
+        readers = [threading.Thread(target=read, args=(start, got), daemon=True)
+                   for _ in range(2)]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join(timeout=5)
+        if any(r.is_alive() for r in readers):
+            q.put(["release"])  # free the stuck reader before failing
+            pytest.fail("a reader of the queue waited past its timeout")
+        assert sorted(got, key=str) == [None, ["prompt"]]
+
+
 class FakeRuntime:
     """What the watchdog reads of a runtime whose controller is blocked (health.Watched)."""
 

@@ -17,8 +17,10 @@ import os
 import queue
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
@@ -97,7 +99,8 @@ class PipeQueue:
     `multiprocessing.Queue` pickles in a background thread of the sender; on a two-core
     machine that thread fights its own process for the GIL on every message. Here `put`
     pickles and writes in the caller. Each queue has one consumer, except the prompt queue,
-    whose rollout workers are woken with empty messages at shutdown.
+    which every rollout worker reads and whose workers are woken with empty messages at
+    shutdown.
     """
 
     def __init__(self, mp: Any):
@@ -107,9 +110,20 @@ class PipeQueue:
         self._q.put(obj)
 
     def get(self, timeout: float | None = None) -> Any:
-        if timeout is not None and not self._q._reader.poll(timeout):
+        if timeout is None:
+            return self._q.get()
+        # Poll under the readers' lock: a poll outside it can see the message a second
+        # reader then takes, and the blocking read after it waits for the next one forever.
+        deadline = time.monotonic() + timeout
+        if not self._q._rlock.acquire(timeout=timeout):
             raise queue.Empty
-        return self._q.get()
+        try:
+            if not self._q._reader.poll(max(0.0, deadline - time.monotonic())):
+                raise queue.Empty
+            data = self._q._reader.recv_bytes()
+        finally:
+            self._q._rlock.release()
+        return ForkingPickler.loads(data)
 
     def get_nowait(self) -> Any:
         return self.get(timeout=0)
