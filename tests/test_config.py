@@ -229,18 +229,25 @@ class TestOptionalField:
 
 class TestCrossFieldRules:
     @pytest.mark.parametrize(("data", "fragment"), [
-        ({"mode": "sync"}, "needs mode 'areal' (one process per rank)"),
+        ({"mode": "sync"}, "sync on several devices runs on the virtual clock only"),
+        ({"mode": "async"}, "the threaded baseline trains in one thread"),
         ({"mode": "areal", "runtime": {"trainer_workers": 2}}, "do not combine"),
         # B = 8, groups of 4: 5 samples may be two groups' remnants, one to a minibatch of 2
         ({"mode": "areal", "train": {"update_batch_size": 8, "minibatches": 2}},
          "may hold only 1 groups of up to 4, and every rank needs one"),
-    ], ids=["sync", "racing-trainers", "too-few-groups"])
+        # sync's batch is whole: 8 samples in 2 minibatches are one group each
+        ({"mode": "sync", "train": {"update_batch_size": 8, "minibatches": 2},
+          "runtime": {"clock": "virtual", "hardware": "v100x4-qwen0.5b-fp16"}},
+         "may hold only 1 groups of up to 4, and every rank needs one"),
+    ], ids=["sync-live", "async", "racing-trainers", "too-few-groups", "sync-too-few-groups"])
     def test_trainer_ranks_where_they_cannot_work(self, data: dict, fragment: str) -> None:
         data = {**data, "rollout": {"group_size": 4},
                 "runtime": {**data.get("runtime", {}), "trainer_ranks": 2}}
         assert fragment in error_of(data)
-        config_from_dict({"mode": "areal", "rollout": {"group_size": 4},
-                          "train": {"update_batch_size": 8}, "runtime": {"trainer_ranks": 2}})
+        for mode, clock in (("areal", "wall"), ("sync", "virtual")):
+            config_from_dict({"mode": mode, "rollout": {"group_size": 4},
+                              "train": {"update_batch_size": 8},
+                              "runtime": {"trainer_ranks": 2, "clock": clock}})
 
     def test_update_batch_size_must_be_a_multiple_of_group_size(self) -> None:
         msg = error_of({"train": {"update_batch_size": 10}, "rollout": {"group_size": 4}})

@@ -272,6 +272,31 @@ def test_a_sync_plan_prices_a_sync_run(tiny_model_dir: Path, tmp_path: Path):
     assert p["speedup_vs_sync"] == 1.0
 
 
+def test_a_sync_plan_on_two_devices_prices_a_sync_run_on_two(tiny_model_dir: Path,
+                                                             tmp_path: Path):
+    """Sync on two devices on the virtual clock: each generates its half of the groups side
+    by side, then two ranks train; the planner's sync on two prices the run to the last bit
+    and makes its samples, and the run is faster than on one device."""
+    profile = {**RUN_PROFILE, "allreduce": {"call_s": 1e-3, "gb_per_s": 2.0, "gil_share": 0}}
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(profile))
+    base = virtual_config(tiny_model_dir, tmp_path, "sync", 0).to_dict()
+    runs = {}
+    for n in (1, 2):
+        cfg = config_from_dict({**base, "runtime": {**base["runtime"], "trainer_ranks": n,
+                                                    "hardware": str(tmp_path / "profile.yaml")}})
+        summary = run_mode(cfg, tmp_path / f"run{n}")
+        p = plan(cfg, workload(cfg, empirical(tmp_path / f"run{n}", as_recorded=True)))
+        assert p["sync_devices"] == n
+        assert p["wall_s"] == pytest.approx(summary["time"]["wall_s"], rel=1e-9)
+        runs[n] = summary
+    samples = [json.loads(line) for line in (tmp_path / "run2/samples.jsonl").read_text()
+               .splitlines()]
+    assert {s["worker"] for s in samples} == {"rollout0", "rollout1"}
+    assert all(s["worker"] == f"rollout{s['group_id'] % 2}" for s in samples)
+    assert "allreduce" in runs[2]["clock"]["charged_s"]
+    assert runs[2]["time"]["wall_s"] < runs[1]["time"]["wall_s"]
+
+
 def test_staleness_zero_with_admission_control_plans_no_drop(tiny_model_dir: Path,
                                                              tmp_path: Path):
     cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 0, interrupt="continue",

@@ -382,6 +382,33 @@ class TestScheduler:
         assert clock.now() == 7
         assert clock.describe()["charged_s"] == {"update": 7}
 
+    def test_work_side_by_side_takes_its_longest_share(self):
+        # three devices' shares of 2 + 1, 4 and 3 seconds: the role resumes at 4, another
+        # role charged 5 from 0 runs in between, and every share's work is charged by term
+        clock = VirtualClock(SECONDS, seed=0)
+        log: list[tuple[str, float]] = []
+
+        def sides() -> None:
+            with clock.side_by_side() as next_device:
+                for i, share in enumerate([(2, 1), (4,), (3,)]):
+                    if i:
+                        next_device()
+                    for tokens in share:
+                        clock.charge(Update(tokens=tokens))
+                    assert clock.now() == 0  # nothing passes until the shares are in
+            log.append(("sides", clock.now()))
+            clock.charge(Update(tokens=2))
+            log.append(("sides", clock.now()))
+
+        def other() -> None:
+            clock.charge(Update(tokens=5))
+            log.append(("other", clock.now()))
+
+        run_roles(clock, {"sides": sides, "other": other})
+        assert log == [("sides", 4), ("other", 5), ("sides", 6)]
+        assert clock.describe()["charged_s"] == {"update": 2 + 1 + 4 + 3 + 2 + 5}
+        assert clock.charged_by_role()["sides"] == 4 + 2
+
     def test_work_a_profile_leaves_out_takes_no_time_and_is_not_listed(self):
         clock = VirtualClock(SECONDS, seed=0)
         clock.charge(Handoff(samples=8))

@@ -23,7 +23,8 @@ slowing its computations by how many run at once: under the threaded baseline
 (`shared_interpreter`) one interpreter lock, whose `gil_share` of each price
 (`profile.py`) slows the others; otherwise the cores (`profile.cpu`), and one accelerator
 for their device work when the profile has one (`profile.accelerator`). The end of each
-computation is worked out anew whenever one in its pool starts or ends.
+computation is worked out anew whenever one in its pool starts or ends. A role that works
+on several devices at once (`side_by_side`: sync on N devices) is charged its longest share.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import itertools
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -66,6 +68,8 @@ class _Role:
     charged: float = 0.0  # seconds of work it has been charged, at full speed
     tally: WorkTally = field(default_factory=WorkTally)  # its work since it last took it
     drift: Drift | None = None  # its speed's drift, when the profile has one
+    # while it works on several devices side by side (`side_by_side`): each device's seconds
+    lanes: list[float] | None = None
 
 
 class VirtualClock:
@@ -150,6 +154,9 @@ class VirtualClock:
             return None
         if role is not None:
             role.tally.add(work)
+            if role.lanes is not None:  # on one of several devices: added up at the end
+                role.lanes[-1] += max(0.0, seconds)
+                return None
         if seconds <= 0:
             return None
         me = self._me()
@@ -165,6 +172,26 @@ class VirtualClock:
                 me.pool = pool
                 self._rewake(pool)
         return me
+
+    @contextmanager
+    def side_by_side(self) -> Iterator[Callable[[], None]]:
+        """The work the calling role charges within runs on devices of its own at once: the
+        function yielded starts the next device's share, and at the end the role is charged
+        the longest share (sync on several devices: each generates its share of a batch)."""
+        me = self._me()
+        if me.lanes is not None:
+            raise RuntimeError(f"role {me.name!r} is on several devices already")
+        lanes = me.lanes = [0.0]
+        try:
+            yield lambda: lanes.append(0.0)
+        finally:
+            me.lanes = None
+        longest = max(lanes)
+        if longest > 0 and not self.closed:
+            me.charged += longest
+            with self._lock:
+                self._set_wake(me, self._now + longest)
+            self._switch(me)
 
     def take_work(self) -> dict[str, float]:
         return self._me().tally.take()

@@ -22,15 +22,20 @@ from rlcore.tasks.registry import SUITES
 
 
 def _validate_ranks(cfg: RunConfig, smallest: int) -> None:
-    """A data-parallel trainer: one trainer of processes on CPU, and a group for every rank
-    in each minibatch of the smallest batch the run may train."""
+    """A data-parallel trainer: one trainer of processes on CPU (or sync on as many devices,
+    on the virtual clock), and a group for every rank in each minibatch of the smallest batch
+    the run may train."""
     rt, t = cfg.runtime, cfg.train
     if rt.trainer_ranks == 1:
         return
     where = f"runtime.trainer_ranks ({rt.trainer_ranks})"
-    if cfg.mode != "areal":
-        raise ConfigError(f"{where} needs mode 'areal' (one process per rank); mode "
-                          f"'{cfg.mode}' trains in one process: set trainer_ranks to 1")
+    if cfg.mode == "sync" and rt.clock == "wall":
+        raise ConfigError(f"{where}: sync on several devices runs on the virtual clock only "
+                          "so far: set runtime.clock to virtual, or trainer_ranks to 1")
+    if cfg.mode == "async":
+        raise ConfigError(f"{where} needs mode 'areal' (one process per rank) or sync on the "
+                          "virtual clock; the threaded baseline trains in one thread: set "
+                          "trainer_ranks to 1")
     if rt.trainer_workers > 1:
         raise ConfigError(f"{where} and runtime.trainer_workers ({rt.trainer_workers}) do not "
                           "combine: racing trainers each propose their own updates, a "

@@ -228,7 +228,9 @@ class RuntimeConfig:
         1, "areal: data-parallel ranks of the trainer, each a process holding the whole "
         "policy: they split every batch by whole groups, balanced by tokens, and sum their "
         "gradients before each optimizer step (gloo on CPU; on the virtual clock one process, "
-        "priced as the ranks; docs/placement.md). With one trainer only.", minimum=1,
+        "priced as the ranks; docs/placement.md). With one trainer only. sync, on the virtual "
+        "clock only: the devices that generate each batch side by side, then train it as as "
+        "many ranks.", minimum=1,
         maximum=64,
     )
     collective_timeout_s: float = _f(

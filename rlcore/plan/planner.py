@@ -200,6 +200,8 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None,
     profile = (profile or load_profile(cfg.runtime.hardware)).under(cfg.train.lora)
     # sync's batch is always B: a device for each group of a minibatch, at most
     fed = max(1, cfg.train.update_batch_size // cfg.train.minibatches // cfg.rollout.group_size)
+    if cfg.mode == "sync":  # a sync config's own devices, as its virtual run has them
+        sync_devices = max(sync_devices, cfg.runtime.trainer_ranks)
     sync_devices = min(sync_devices, fed)
     profile.check_ranks(max(cfg.runtime.trainer_ranks, sync_devices))
     sync = plan_sync(cfg, work, profile, sync_devices)

@@ -11,24 +11,27 @@ skips: batch b holds slots b*B .. b*B + B - 1 (b = v while no update was skipped
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from rlcore.clock import Clock, clock_for
+from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import Handle
 from rlcore.config import RunConfig
+from rlcore.errors import ConfigError
 from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.generation import generate
 from rlcore.policy.hf_policy import HFPolicy
 from rlcore.policy.optim_steps import commit_verdict, skipped_steps
-from rlcore.policy.sampler import Draws
+from rlcore.policy.sampler import Draws, Generation
 from rlcore.record.ledger import IN_PLACE_COMMIT, RunLedger
 from rlcore.record.schedule import GenerationRecord, TrainerOp
 from rlcore.runners.common import Progress, preflight, train_batch
-from rlcore.tasks.prompts import PromptStream
+from rlcore.tasks.prompts import Prompt, PromptStream
 from rlcore.tasks.reward import RewardPool
 from rlcore.tasks.suites import Task
 
@@ -60,6 +63,8 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
     policy.prepare_decoding([cfg.train.update_batch_size],
                             [(t.prompt, t.system) for t in train_tasks],
                             cfg.rollout.max_new_tokens)
+    # on several devices (virtual clock only): an update of their ranks, priced as theirs
+    policy.priced_ranks = cfg.runtime.trainer_ranks
     cold_start_s = clock.now() - t_load
     stream = PromptStream(train_tasks, cfg.seed)
     ro, groups = cfg.rollout, cfg.train.update_batch_size // cfg.rollout.group_size
@@ -74,26 +79,17 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         slots = [batch_id * len(prompts) + i for i in range(len(prompts))]
         t0 = ledger.now()
         clock.take_work()  # what came before the step is no span's
-        sampler = policy.sampler([policy.encode_prompt(p.task.prompt, p.task.system)
-                                  for p in prompts],
-                                 max_new_tokens=ro.max_new_tokens, temperature=ro.temperature,
-                                 draws=Draws(cfg.seed, [(s, 0) for s in slots]),
-                                 version=version)
-        ledger.count_tokens(
-            sampled=generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled)
-        gens = sampler.gens
-        ledger.generation(GenerationRecord(ROLLOUT, [(s, 0, p.group_id) for s, p in
-                                                     zip(slots, prompts, strict=True)],
-                                           version, chunks=sampler.chunks))
+        gens, workers = _sample(cfg, policy, ledger, clock, prompts, slots, version)
         t1 = ledger.now()
         ledger.span("rollout", ROLLOUT, t0, t1, samples=len(gens), work=clock.take_work())
         texts = [policy.decode_response(g.response_ids) for g in gens]
         results = rewards.map(zip(texts, [p.task for p in prompts], strict=True))
         ids = []
-        for p, g, text, result, s in zip(prompts, gens, texts, results, slots, strict=True):
+        for p, g, text, result, s, w in zip(prompts, gens, texts, results, slots, workers,
+                                            strict=True):
             ids.append(ledger.arrive(p, g, {"response": text, **result},
                                      current_version=version, slot=s, attempt=0,
-                                     worker=ROLLOUT, t_emit=t1))
+                                     worker=w, t_emit=t1))
             rewards.admit(ids[-1], p, result)
         batch = train_batch([r["reward"] for r in results], [p.group_id for p in prompts],
                             gens, cfg)
@@ -138,3 +134,41 @@ def _run(cfg: RunConfig, ledger: RunLedger, train_tasks: list[Task], rewards: Re
         devices={"rollout": device, "trainer": device}, weight_transport="none", weight_bytes=0,
         gpu_peak_bytes={**dict.fromkeys(("rollout", "trainer"), peak_gpu_bytes(policy.device)),
                         "weight_slots": None})
+
+
+def _sample(cfg: RunConfig, policy: HFPolicy, ledger: RunLedger, clock: Clock,
+            prompts: list[Prompt], slots: list[int], version: int
+            ) -> tuple[list[Generation], list[str]]:
+    """Generate the batch, each sample's generation and the worker that made it: on one
+    device, or on `runtime.trainer_ranks` devices side by side (the virtual clock only),
+    device d generating groups d, d + N, ... as the ranks will train them."""
+    ro, n = cfg.rollout, cfg.runtime.trainer_ranks
+    shares = [[i for i in range(len(prompts)) if (i // ro.group_size) % n == d]
+              for d in range(n)]
+    gens: list[Generation | None] = [None] * len(prompts)
+    workers = [ROLLOUT] * len(prompts)
+    if n > 1 and not isinstance(clock, VirtualClock):
+        raise ConfigError(f"sync on {n} devices (runtime.trainer_ranks) runs on the virtual "
+                          "clock only: set runtime.clock to virtual")
+    lanes = clock.side_by_side() if isinstance(clock, VirtualClock) and n > 1 else None
+    with lanes if lanes is not None else nullcontext(lambda: None) as next_device:
+        for d, mine in enumerate(shares):
+            if d:
+                next_device()
+            sampler = policy.sampler([policy.encode_prompt(prompts[i].task.prompt,
+                                                           prompts[i].task.system)
+                                      for i in mine],
+                                     max_new_tokens=ro.max_new_tokens,
+                                     temperature=ro.temperature,
+                                     draws=Draws(cfg.seed, [(slots[i], 0) for i in mine]),
+                                     version=version)
+            ledger.count_tokens(
+                sampled=generate(sampler, ro.chunk_tokens, cfg.staleness.interrupt).sampled)
+            worker = ROLLOUT if n == 1 else f"rollout{d}"
+            ledger.generation(GenerationRecord(worker, [(slots[i], 0, prompts[i].group_id)
+                                                        for i in mine],
+                                               version, chunks=sampler.chunks))
+            for j, i in enumerate(mine):
+                gens[i], workers[i] = sampler.gens[j], worker
+    assert all(g is not None for g in gens)
+    return cast(list[Generation], gens), workers
