@@ -367,6 +367,36 @@ class TestScheduler:
         run_roles(clock, {"a": a, "b": b_late})
         assert out == pytest.approx(ends)
 
+    @pytest.mark.parametrize("links,ends", [
+        # one link: three copies of 1 s, one of them from 0.5 s. a and b at half speed to 0.5
+        # (0.25 s of work each), then all three at a third: a and b's last 0.75 s take 2.25 s
+        # (2.75); c has done 0.75 s by then and its rest runs alone (3.0)
+        (1, {"a": 2.75, "b": 2.75, "c": 3.0}),
+        # two links: a and b at full speed (1.0); c shares with them from 0.5 s, each at 2/3:
+        # a and b's last 0.5 s take 0.75 (1.25), c has done 0.5 s by then (1.75)
+        (2, {"a": 1.25, "b": 1.25, "c": 1.75}),
+        (None, {"a": 1.0, "b": 1.0, "c": 1.5}),  # a link each: nothing is shared
+    ])
+    def test_weight_copies_share_the_host_links(self, links: int | None,
+                                                ends: dict[str, float]):
+        gb = profile(weight_read=CopyCost(0, 1, 0), weight_write=CopyCost(0, 1, 0),
+                     host_links=links)
+        clock = VirtualClock(gb, seed=0)
+        out: dict[str, float] = {}
+
+        def copy(name: str, direction: Any, start: float) -> Any:
+            def fn() -> None:
+                if start:
+                    VirtualFlag(clock).wait(timeout=start)
+                clock.charge(Weights(direction, 10**9))  # 1 GB at 1 GB/s
+                clock.charge(Update(tokens=0))  # other work is not the links'
+                out[name] = clock.now()
+            return fn
+
+        run_roles(clock, {"a": copy("a", "write", 0), "b": copy("b", "read", 0),
+                          "c": copy("c", "read", 0.5)})
+        assert out == pytest.approx(ends)
+
     def test_every_role_blocked_forever_is_a_deadlock(self):
         clock = VirtualClock(SECONDS, seed=0)
         q = VirtualQueue(clock)

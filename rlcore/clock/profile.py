@@ -225,6 +225,11 @@ class HardwareProfile:
                 "optimizer step, a ring all-reduce in which each rank moves 2 (M - 1) / M of "
                 "the trainable state's bytes (`work.py::AllReduce`), at gb_per_s between "
                 "ranks; null or absent: the profile prices no run of several ranks"})
+    host_links: int | None = dataclasses.field(default=None, metadata={
+        "help": "weight copies through host memory (`weight_write`, `weight_read`) that run "
+                "at full speed at once: the host's links to the GPUs (a PCIe switch's uplink "
+                "serves the GPUs under it); more copies at once share them evenly; null or "
+                "absent: every copy has a link of its own", "minimum": 1})
     linear_layers: dict[str, list[int]] | None = dataclasses.field(default=None, metadata={
         "help": "the linear layers of the model these costs are for, by the last part of "
                 "their name: [in, out, how many]. A LoRA run's copies and adapter products "
@@ -342,7 +347,10 @@ class HardwareProfile:
         recorded with every virtual run."""
         # A run of every weight reads no LoRA term: its digest is the profile's without them
         skip = {"linear_layers", "lora_view"} | (set() if self.lora_view else set(LORA_KEYS))
-        costs = {k: v for k, v in self.to_dict().items() if isinstance(v, dict) and k not in skip}
+        costs: dict[str, Any] = {k: v for k, v in self.to_dict().items()
+                                 if isinstance(v, dict) and k not in skip}
+        if self.host_links is not None:  # a count, not a section, that prices copies
+            costs["host_links"] = self.host_links
         if self.lora_view is not None:
             costs["lora_view"] = {"model_bytes": self.model_bytes,
                                   **dataclasses.asdict(self.lora_view)}
@@ -352,7 +360,7 @@ class HardwareProfile:
 # The keys a profile file may leave out (null, as when absent); every other key is required.
 OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
                  "weight_transport", "device_type", "lora_update", "adapters", "sha256",
-                 "allreduce", "linear_layers", "lora_view")
+                 "allreduce", "host_links", "linear_layers", "lora_view")
 # what only a LoRA run's price reads
 LORA_KEYS = ("lora_update", "adapters", "sha256", "linear_layers")
 

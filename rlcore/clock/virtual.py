@@ -22,7 +22,8 @@ less of the machine's time. The roles computing at once share processors, each p
 slowing its computations by how many run at once: under the threaded baseline
 (`shared_interpreter`) one interpreter lock, whose `gil_share` of each price
 (`profile.py`) slows the others; otherwise the cores (`profile.cpu`), and one accelerator
-for their device work when the profile has one (`profile.accelerator`). The end of each
+for their device work when the profile has one (`profile.accelerator`), and the host's
+links for weight copies when they share a few (`profile.host_links`). The end of each
 computation is worked out anew whenever one in its pool starts or ends. A role that works
 on several devices at once (`side_by_side`: sync on N devices) is charged its longest share.
 """
@@ -41,7 +42,7 @@ from typing import Any, TypeVar
 from rlcore.clock.drift import Drift
 from rlcore.clock.processors import Pool, interpreter_speeds, shared_speed, uniform
 from rlcore.clock.profile import DEVICE_WORK, HardwareProfile, load_profile
-from rlcore.clock.work import Work, WorkTally
+from rlcore.clock.work import Weights, Work, WorkTally
 from rlcore.config import LoraConfig, RuntimeConfig
 
 MAIN = "controller"  # the role of the thread that creates the clock
@@ -97,6 +98,9 @@ class VirtualClock:
         self._accelerator = (
             Pool[_Role](uniform(lambda n: shared_speed(n, None, device.concurrent_slowdown)))
             if not shared_interpreter and device is not None else None)
+        links = profile.host_links  # the weight copies' links, when they share a few
+        self._links = (Pool[_Role](uniform(lambda n: shared_speed(n, links, 0.0)))
+                       if not shared_interpreter and links is not None else None)
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -283,6 +287,8 @@ class VirtualClock:
         """The shared processors that compute `work`; None: the role's own."""
         if self._interpreter is not None:
             return self._interpreter
+        if self._links is not None and isinstance(work, Weights):
+            return self._links
         if self._accelerator is not None and isinstance(work, DEVICE_WORK):
             return self._accelerator
         return self._cpu
