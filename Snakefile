@@ -21,6 +21,7 @@ include: "workflow/rules/replays.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/plans.smk"
+include: "workflow/rules/splits.smk"
 
 
 # Rules that take seconds: on a cluster they run where Snakemake runs, not through the
@@ -32,6 +33,8 @@ localrules:
     run_config,
     plan_k_sweep,
     plan_figure,
+    plan_split,
+    split_table,
     runs_table,
     replay_table,
     tables,

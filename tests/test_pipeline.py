@@ -145,6 +145,18 @@ class TestGrid:
                                                   gpus: int):
         assert gpus_named({"rollout_device": rollout, "trainer_device": trainer}) == gpus
 
+    @pytest.mark.parametrize(("model", "runtime", "gpus"), [
+        ({}, {"rollout_workers": 2, "trainer_ranks": 2}, 4),  # auto: a GPU each
+        ({}, {"rollout_workers": 1, "trainer_ranks": 1}, 2),  # the pair
+        ({"rollout_devices": ["cuda:0", "cuda:0"], "trainer_devices": ["cuda:1", "cuda:2"]},
+         {"rollout_workers": 2, "trainer_ranks": 2}, 3),
+        ({"rollout_device": "cpu", "trainer_device": "cpu"},
+         {"rollout_workers": 2, "trainer_ranks": 2}, 0),
+    ])
+    def test_a_run_holds_a_gpu_for_each_worker_and_rank_it_places(
+            self, model: dict, runtime: dict, gpus: int):
+        assert gpus_named(model, runtime) == gpus
+
     def test_a_points_settings_are_run_then_its_preset_then_the_point(self):
         data = small_pipeline_config()
         data["grid"]["blocks"].append({"modes": ["areal"], "presets": ["paper"], "ks": [8],

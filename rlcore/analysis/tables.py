@@ -112,6 +112,9 @@ def run_row(run_dir: Path, base: Mapping[str, Any] | None = None) -> dict[str, A
     name = RunId.from_dict(s["run"])
     clock = name.clock
     replay = s["reproducibility"].get("replay")
+    config_file = run_dir / "config.json"
+    rt = (json.loads(config_file.read_text())["config"]["runtime"] if config_file.is_file()
+          else {})
     return {
         "clock": clock,
         "mode": name.mode, "preset": name.preset, "staleness_k": name.k,
@@ -131,6 +134,10 @@ def run_row(run_dir: Path, base: Mapping[str, Any] | None = None) -> dict[str, A
         "resubmissions": n["resubmissions"],
         "accepted_samples_per_s": m["accepted_samples_per_s"],
         "updates_per_s": s["updates"] / s["time"]["wall_s"],
+        # a ratio of two arms' throughputs is a difference of these (config/split.yaml)
+        "log_updates_per_s": math.log(s["updates"] / s["time"]["wall_s"]),
+        "rollout_workers": rt.get("rollout_workers"),
+        "trainer_ranks": rt.get("trainer_ranks", 1) if rt else None,
         "wall_s": s["time"]["wall_s"],
         "cold_start_s": s["time"]["cold_start_s"],
         # the job's start-up is this machine's time, before any clock of the run starts: a

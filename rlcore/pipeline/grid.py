@@ -100,15 +100,25 @@ def run_settings(config: dict[str, Any], point: Point) -> dict[str, Any]:
 AUTO_GPU = {"rollout_device": "cuda:0", "trainer_device": "cuda:1"}
 
 
-def gpus_named(model: dict[str, Any]) -> int:
-    """How many GPUs a run's `model` section puts its roles on: distinct CUDA devices among
-    the rollout's and the trainer's (`auto` as on a machine with two GPUs, `cpu` none)."""
+def gpus_named(model: dict[str, Any], runtime: dict[str, Any] | None = None) -> int:
+    """How many GPUs a run's `model` section (and `runtime`'s workers and ranks) puts its
+    roles on: distinct CUDA devices among the rollout workers' and the trainer ranks'
+    (`auto` as on a machine with a GPU for each of R rollout workers and M ranks where R + M
+    is above 2, else with two; `cpu` none), as rlcore/runners/asynchronous/layout.py lays
+    them out."""
+    rt = runtime or {}
+    workers = rt.get("rollout_workers", 1) + rt.get("trainer_ranks", 1)
+    lists = {"rollout_device": model.get("rollout_devices") or [],
+             "trainer_device": model.get("trainer_devices") or []}
+    if not any(lists.values()) and workers > 2 and \
+            model.get("rollout_device", "auto") == model.get("trainer_device", "auto") == "auto":
+        return workers
     devices = set()
     for key, auto in AUTO_GPU.items():
-        device = model.get(key, "auto")
-        device = auto if device == "auto" else device
-        if device.startswith("cuda"):
-            devices.add(device if ":" in device else "cuda:0")
+        named = lists[key] or [model.get(key, "auto")]
+        for device in (auto if d == "auto" else d for d in named):
+            if device.startswith("cuda"):
+                devices.add(device if ":" in device else "cuda:0")
     return len(devices)
 
 

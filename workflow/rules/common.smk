@@ -163,7 +163,8 @@ def job_threads(wildcards):
 def job_gpus(wildcards):
     """The GPUs the run's devices name (both roles on cuda:0: one, so that --resources
     gpu=1 runs it); a virtual run or a replay holds at most one."""
-    named = gpus_named(config["run"]["model"])
+    settings = run_settings(config, dict(wildcards.items()))
+    named = gpus_named(settings["model"], settings["runtime"])
     return named if timed_alone(wildcards) else min(1, named)
 
 
@@ -287,6 +288,114 @@ def plan_profile():
     return load_profile(settings["runtime"]["hardware"]).digest()
 
 
+def split_arms():
+    """The arms the split study plans (config `splits`): each sync and AReaL-style pg arm
+    of the grid, as (clock, mode, preset, K), at its lowest seed's point; none without it.
+    """
+    if not config.get("splits"):
+        return []
+    arms = {}
+    for p in POINTS:
+        key = (p["clock"], p["mode"], p["preset"], p["k"])
+        if (
+            p["mode"] in ("sync", "areal")
+            and p["objective"] == "pg"
+            and key not in arms
+        ):
+            arms[key] = p
+    return list(arms)
+
+
+def split_point(wildcards):
+    """The lowest-seed pg point of the arm a split plan is of."""
+    return min(
+        (
+            p
+            for p in POINTS
+            if (p["clock"], p["mode"], p["preset"], p["k"], p["objective"])
+            == (
+                wildcards.clock,
+                wildcards.mode,
+                wildcards.preset,
+                int(wildcards.k),
+                "pg",
+            )
+        ),
+        key=lambda p: p["seed"],
+    )
+
+
+def split_arm_config(wildcards):
+    """The run config a split plan plans: its arm's lowest-seed point's."""
+    return f"{R}/configs/{FILE_PATTERN.format(**split_point(wildcards))}.json"
+
+
+def split_lengths_run(wildcards):
+    """summary.json of the run a split plan draws its response lengths from: the first
+    sync pg point of its clock at its lowest seed (a user has it before any split runs).
+    """
+    syncs = [
+        p
+        for p in POINTS
+        if p["clock"] == wildcards.clock
+        and p["mode"] == "sync"
+        and p["objective"] == "pg"
+    ]
+    if not syncs:
+        raise ValueError(
+            f"the split study plans clock {wildcards.clock} from its sync arm's response "
+            "lengths, and the grid has no sync pg run on it: add one"
+        )
+    arm = [
+        p
+        for p in syncs
+        if p["preset"] == syncs[0]["preset"] and p["k"] == syncs[0]["k"]
+    ]
+    first = min(arm, key=lambda p: p["seed"])
+    return f"{R}/runs/{RUN_PATTERN.format(**first)}/summary.json"
+
+
+def split_hardware(wildcards):
+    """`--hardware` for a wall-clock arm's plan (config splits.live_profile); a virtual arm
+    is planned on its own profile."""
+    if wildcards.clock == WALL_CLOCK:
+        return f"--hardware {config['splits']['live_profile']}"
+    return ""
+
+
+def split_profile(wildcards):
+    """The digest of the profile a split plan prices with: a parameter, so that an edit of
+    its costs reruns the plan."""
+    name = (
+        config["splits"]["live_profile"]
+        if wildcards.clock == WALL_CLOCK
+        else run_settings(config, split_point(wildcards))["runtime"]["hardware"]
+    )
+    return load_profile(name).digest()
+
+
+def split_plans():
+    """Every split plan, in the order of split_arms()."""
+    return [
+        f"{R}/plans/split/{clock}/{mode}-{preset}-k{k}.json"
+        for clock, mode, preset, k in split_arms()
+    ]
+
+
+def split_outputs():
+    """The split study's plans, table and figure (none without config `splits`)."""
+    if not config.get("splits"):
+        return []
+    return [
+        *split_plans(),
+        f"{R}/tables/split.csv",
+        f"{R}/tables/split_groups.csv",
+        f"{R}/tables/split.md",
+        f"{R}/figures/split.png",
+        f"{R}/figures/split.svg",
+    ]
+
+
 FIGURES = (
     "pass_rate",
     "time_to_threshold",
@@ -354,6 +463,7 @@ def all_outputs():
         f"{R}/tables/quality_vs_k.md",
         *plans,
         *claims_outputs(),
+        *split_outputs(),
         *(
             f"{R}/figures/{name}.{ext}"
             for name in FIGURES + TRACE_FIGURES + plan_figures
