@@ -297,6 +297,24 @@ def test_a_sync_plan_on_two_devices_prices_a_sync_run_on_two(tiny_model_dir: Pat
     assert runs[2]["time"]["wall_s"] < runs[1]["time"]["wall_s"]
 
 
+def test_a_plan_says_what_each_gpu_holds(tiny_model_dir: Path, tmp_path: Path):
+    """On a profile that gives its model's size and KV cache, each plan says the GiB a
+    rollout worker's and a trainer rank's GPU holds: weights and a KV cache for a batch of
+    the longest prompt plus max_new_tokens; weights, gradients and Adam's two moments."""
+    from rlcore.clock.profile import load_profile
+    from rlcore.runners.asynchronous.layout import GIB
+
+    cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 1)
+    work = workload(cfg)
+    p = plan(cfg, work, load_profile("v100x4-qwen0.5b-fp16"))
+    weights = 1_976_131_072  # the profile's model_bytes: Qwen2.5-0.5B's fp32 weights
+    rows = cfg.train.update_batch_size * (max(work.prompt_tokens.values())
+                                          + cfg.rollout.max_new_tokens)
+    assert p["memory_gib"] == pytest.approx({"rollout": (weights + 12_288 * rows) / GIB,
+                                             "trainer": 4 * weights / GIB})
+    assert plan(cfg, work, load_profile("cpu-2core"))["memory_gib"] is None
+
+
 def test_staleness_zero_with_admission_control_plans_no_drop(tiny_model_dir: Path,
                                                              tmp_path: Path):
     cfg = virtual_config(tiny_model_dir, tmp_path, "areal", 0, interrupt="continue",

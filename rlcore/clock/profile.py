@@ -225,6 +225,11 @@ class HardwareProfile:
                 "optimizer step, a ring all-reduce in which each rank moves 2 (M - 1) / M of "
                 "the trainable state's bytes (`work.py::AllReduce`), at gb_per_s between "
                 "ranks; null or absent: the profile prices no run of several ranks"})
+    kv_bytes_per_position: int | None = dataclasses.field(default=None, metadata={
+        "help": "the K and V of every layer for one row at one position, at the dtype "
+                "sampling holds, of the model these costs are for: the KV cache in a plan's "
+                "memory per device (prices nothing); null or absent: no memory in the plan",
+        "minimum": 1})
     host_links: int | None = dataclasses.field(default=None, metadata={
         "help": "weight copies through host memory (`weight_write`, `weight_read`) that run "
                 "at full speed at once: the host's links to the GPUs (a PCIe switch's uplink "
@@ -360,7 +365,8 @@ class HardwareProfile:
 # The keys a profile file may leave out (null, as when absent); every other key is required.
 OPTIONAL_KEYS = ("accelerator", "handoff", "drift", "host", "kernels", "decode_path",
                  "weight_transport", "device_type", "lora_update", "adapters", "sha256",
-                 "allreduce", "host_links", "linear_layers", "lora_view")
+                 "allreduce", "host_links", "kv_bytes_per_position", "linear_layers",
+                 "lora_view")
 # what only a LoRA run's price reads
 LORA_KEYS = ("lora_update", "adapters", "sha256", "linear_layers")
 

@@ -4,6 +4,7 @@ rules that cross fields, and refuse a bad config with a message naming the key."
 from __future__ import annotations
 
 import dataclasses
+import re
 import string
 import sys
 import types
@@ -48,6 +49,27 @@ def _validate_ranks(cfg: RunConfig, smallest: int) -> None:
             f"batch_size - group_size + 1) // minibatches) may hold only {groups} groups of "
             f"up to {cfg.rollout.group_size}, and every rank needs one: raise "
             "train.update_batch_size or lower train.minibatches or trainer_ranks")
+
+
+DEVICE = re.compile(r"^(cpu|cuda(:[0-9]+)?)$")
+
+
+def _validate_devices(cfg: RunConfig) -> None:
+    """A device list names one device per rollout worker or trainer rank, each cpu or cuda:N."""
+    m, rt = cfg.model, cfg.runtime
+    for key, devices, count, what in (
+            ("rollout_devices", m.rollout_devices, rt.rollout_workers, "runtime.rollout_workers"),
+            ("trainer_devices", m.trainer_devices, rt.trainer_ranks, "runtime.trainer_ranks")):
+        bad = [d for d in devices if not DEVICE.match(d)]
+        if bad:
+            raise ConfigError(f"model.{key} names {bad}: each entry is cpu or cuda:N")
+        if devices and len(devices) != count:
+            raise ConfigError(f"model.{key} names {len(devices)} devices for {what} = {count}: "
+                              "name one for each, or none")
+    if m.trainer_devices and rt.trainer_workers > 1:
+        raise ConfigError("model.trainer_devices places a trainer's ranks; racing trainers "
+                          f"(runtime.trainer_workers = {rt.trainer_workers}) share "
+                          "model.trainer_device: leave the list empty")
 
 
 def _validate_semantics(cfg: RunConfig) -> None:
@@ -167,6 +189,7 @@ def config_from_dict(data: Mapping[str, Any]) -> RunConfig:
         raise ConfigError("; ".join(errors))
     cfg = _build(RunConfig, data)
     _validate_semantics(cfg)
+    _validate_devices(cfg)
     return cfg
 
 

@@ -65,6 +65,17 @@ class ModelConfig:
         "auto", "Device of the trainer role: auto (cuda:1, or cuda:0 with one GPU, else cpu).",
         pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$",
     )
+    rollout_devices: tuple[str, ...] = _f(
+        (), "areal/async: a device per rollout worker (cpu, cuda:N), in order, in place of "
+        "rollout_device; empty: every worker on rollout_device, or with auto devices on a "
+        "machine with a GPU for every rollout worker and trainer rank, each on its own "
+        "(docs/placement.md).",
+    )
+    trainer_devices: tuple[str, ...] = _f(
+        (), "areal: a device per trainer rank (rank 0 first), in place of trainer_device; "
+        "empty: every rank on trainer_device (or, as rollout_devices says, each on its own). "
+        "Ranks on GPUs need one GPU each (NCCL).",
+    )
     prompt_format: Literal["raw", "chat"] = _f(
         "raw", "raw: the task prompt as is; chat: wrapped in the tokenizer's chat template."
     )

@@ -32,6 +32,7 @@ from rlcore.policy.generation import generate
 from rlcore.policy.sampler import Draws
 from rlcore.record.summary import profile_mismatch
 from rlcore.record.timing import stale_drop_rate, wasted_token_share
+from rlcore.runners.asynchronous.layout import GIB, ModelSize, role_bytes
 from rlcore.tasks.prompts import PromptStream
 from rlcore.tasks.suites import Task
 
@@ -197,7 +198,8 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None,
     planner's own seconds, and where the config would decode or copy otherwise than the
     profile priced (`profile_mismatch`)."""
     t0 = time.perf_counter()
-    profile = (profile or load_profile(cfg.runtime.hardware)).under(cfg.train.lora)
+    whole = profile or load_profile(cfg.runtime.hardware)
+    profile = whole.under(cfg.train.lora)
     # sync's batch is always B: a device for each group of a minibatch, at most
     fed = max(1, cfg.train.update_batch_size // cfg.train.minibatches // cfg.rollout.group_size)
     if cfg.mode == "sync":  # a sync config's own devices, as its virtual run has them
@@ -216,7 +218,25 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None,
             "profile_mismatch": profile_mismatch(cfg, profile),
             **out, "sync_wall_s": sync["wall_s"], "sync_devices": sync_devices,
             "speedup_vs_sync": sync["wall_s"] / out["wall_s"] if out["wall_s"] else 0.0,
+            "memory_gib": device_memory_gib(cfg, work, whole),
             "plan_s": time.perf_counter() - t0}
+
+
+def device_memory_gib(cfg: RunConfig, work: Workload, profile: HardwareProfile
+                      ) -> dict[str, float] | None:
+    """GiB a rollout worker and a trainer rank each hold on a GPU of their own for the
+    profile's model (`rlcore/runners/asynchronous/layout.py::role_bytes`; sync on a device
+    holds both); None where the profile gives no model size or KV cache."""
+    if profile.model_bytes is None or profile.kv_bytes_per_position is None:
+        return None
+    params = profile.model_bytes // 4
+    view = profile.under(cfg.train.lora).lora_view
+    trainable = params if cfg.train.lora is None else (
+        view.adapter_elements if view is not None and view.adapter_elements is not None
+        else work.adapter_elements)
+    needs = role_bytes(ModelSize(params, trainable, profile.kv_bytes_per_position), cfg,
+                       max(work.prompt_tokens.values(), default=0), 0)
+    return {role: sum(needs[role].values()) / GIB for role in ("rollout", "trainer")}
 
 
 def plan_sweep(cfgs: list[RunConfig], key: str, values: list[str | None],
@@ -273,7 +293,7 @@ def table(plans: list[dict[str, Any]], label: str) -> str:
     """The plans as a text table, one row each, labelled by the `label` entry."""
     head = (f"{label:>14} {'updates/s':>10} {'accepted/s':>11} {'vs sync':>8} "
             f"{'drop rate':>10} {'wasted tok':>11} {'staleness (share by K)':<26} "
-            f"{'idle: rollout/trainer s':>24} {'plan s':>7}")
+            f"{'idle: rollout/trainer s':>24} {'GiB/GPU r/t':>12} {'plan s':>7}")
     lines = [head]
     for r in plans:
         n = sum(r["staleness"].values()) or 1
@@ -284,5 +304,11 @@ def table(plans: list[dict[str, Any]], label: str) -> str:
         lines.append(f"{str(r[label]):>14} {r['updates_per_s']:>10.2f} "
                      f"{r['accepted_samples_per_s']:>11.1f} {r['speedup_vs_sync']:>7.2f}x "
                      f"{r['stale_drop_rate']:>10.3f} {r['wasted_token_share']:>11.3f} "
-                     f"{hist:<26} {idle_txt:>24} {r['plan_s']:>7.3f}")
+                     f"{hist:<26} {idle_txt:>24} {memory_text(r.get('memory_gib')):>12} "
+                     f"{r['plan_s']:>7.3f}")
     return "\n".join(lines)
+
+
+def memory_text(memory: dict[str, float] | None) -> str:
+    """'5.6/7.4': GiB a rollout worker's and a trainer rank's GPU holds; '-' unknown."""
+    return "-" if memory is None else f"{memory['rollout']:.1f}/{memory['trainer']:.1f}"

@@ -10,9 +10,12 @@ summed gradients with the same optimizer state, so the ranks stay equal bit for 
 fp16 loss scaler that skips a step skips it on every rank. Only the trainable tensors are
 summed: under `train.lora` the adapters.
 
-The ranks meet in a `torch.distributed` group of their own (gloo: ranks run on CPU so far),
-formed through a rendezvous file private to the run, and every collective waits at most
-`timeout_s`: a rank that died ends the others' wait with an error, never a hang.
+The ranks meet in a `torch.distributed` group of their own, gloo on CPU and NCCL on GPUs
+(one rank per GPU, bound to it when the group forms), formed through a rendezvous file
+private to the run, and every collective waits at most `timeout_s`: a rank that died ends
+the others' wait with an error, never a hang. Under NCCL a wait with a timeout blocks the
+host until the collective ends or the timeout passes, which raises; the group's own timeout
+lets NCCL's watchdog abort a collective that never ends.
 """
 
 from __future__ import annotations
@@ -26,19 +29,33 @@ import torch.distributed as dist
 
 from rlcore.errors import ConfigError
 
+CPU = torch.device("cpu")
+
+
+def backend_for(device: torch.device) -> str:
+    """The collectives' backend of ranks on `device`: NCCL on a GPU, gloo on a CPU."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
 
 class RankGroup:
     """This process's place among a data-parallel trainer's ranks, and their collectives."""
 
-    def __init__(self, rendezvous: Path, rank: int, world: int, *, backend: str = "gloo",
-                 timeout_s: float = 60.0):
+    def __init__(self, rendezvous: Path, rank: int, world: int, *,
+                 device: torch.device = CPU, timeout_s: float = 60.0):
         if not 0 <= rank < world:
             raise ConfigError(f"rank {rank} is not one of a group of {world}")
         self.rank, self.world, self.timeout_s = rank, world, timeout_s
+        self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
+        backend = backend_for(device)
+        # NCCL: the rank's GPU is its current device before the group forms, and the group is
+        # bound to it (its communicator made now, not at the first collective)
+        if backend == "nccl":
+            torch.cuda.set_device(device)
         try:
             dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank,
-                                    world_size=world, timeout=self.timeout)
+                                    world_size=world, timeout=self.timeout,
+                                    device_id=device if backend == "nccl" else None)
         except (RuntimeError, ValueError) as e:
             raise RuntimeError(
                 f"trainer rank {rank} of {world} could not join its group through "
@@ -65,11 +82,12 @@ class RankGroup:
         """Raise unless every rank's state has rank 0's digest ('sha256:<hex>'): the ranks
         were to stay equal bit for bit."""
         mine = torch.tensor(list(bytes.fromhex(digest.split(":")[-1])), dtype=torch.uint8)
-        first = mine.clone()
+        first = mine.to(self.device)  # NCCL moves only what is on the rank's GPU
         work = dist.broadcast(first, src=0, async_op=True)
         if work is None or not work.wait(timeout=self.timeout):
             raise RuntimeError(f"trainer rank {self.rank}: rank 0's digest did not come "
                                f"within {self.timeout_s:g} s")
+        first = first.cpu()
         if not torch.equal(mine, first):
             raise RuntimeError(f"trainer rank {self.rank} holds state {digest}, rank 0 "
                                f"sha256:{bytes(first.tolist()).hex()}: the ranks diverged")

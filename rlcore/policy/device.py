@@ -49,11 +49,15 @@ def resolve_device(spec: str, role: str) -> torch.device:
 TRANSPORTS = ("host", "pinned", "device")
 
 
-def resolve_transport(setting: str, rollout: torch.device) -> str:
-    """`runtime.weight_transport` for a rollout on `rollout`: `auto` is `device` on CUDA and
-    `host` elsewhere; `pinned` and `device` need the rollout on CUDA."""
+def resolve_transport(setting: str, rollout: torch.device, rollout_gpus: int = 1) -> str:
+    """`runtime.weight_transport` for a rollout on `rollout`: `auto` is `device` on CUDA (or
+    `pinned` where the rollout workers are on `rollout_gpus` > 1 GPUs: slots on one GPU
+    would make every other one read across GPUs) and `host` elsewhere; `pinned` and
+    `device` need the rollout on CUDA."""
     if setting == "auto":
-        return "device" if rollout.type == "cuda" else "host"
+        if rollout.type != "cuda":
+            return "host"
+        return "device" if rollout_gpus == 1 else "pinned"
     if setting not in TRANSPORTS:
         raise ConfigError(f"runtime.weight_transport is {setting!r}; allowed: auto, "
                           f"{', '.join(TRANSPORTS)}")

@@ -16,6 +16,7 @@
   forkserver_init.py  imported by the fork server first: it dies with the process that
                       started it
   placement.py        CPU cores for the heavy roles
+  layout.py           each rollout worker's and trainer rank's device; layouts that cannot work
   health.py           failing fast, and leaving no process behind
 
 The entry points, `runners/areal.py` and `runners/threaded.py`, each pick a vehicle.

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
-from rlcore.config import ConfigError, RunConfig
+from rlcore.config import RunConfig
 from rlcore.kernels import pin
 from rlcore.policy.device import peak_gpu_bytes, resolve_device, resolve_transport
 from rlcore.policy.hf_policy import HFPolicy
@@ -35,6 +35,15 @@ from rlcore.runners.asynchronous.contexts import (
 from rlcore.runners.asynchronous.controller import Controller
 from rlcore.runners.asynchronous.health import Watchdog, WorkerFailed, worker_failed
 from rlcore.runners.asynchronous.interfaces import Vehicle, WeightStore
+from rlcore.runners.asynchronous.layout import (
+    Layout,
+    check_memory,
+    gpu_bytes,
+    longest_prompt_tokens,
+    model_size,
+    resolve_layout,
+    role_bytes,
+)
 from rlcore.runners.asynchronous.messages import Ready, Stopped, WorkerError
 from rlcore.runners.asynchronous.param_service import param_service_main
 from rlcore.runners.asynchronous.placement import placement
@@ -82,10 +91,15 @@ class Lifecycle:
 
     def __init__(self, cfg: RunConfig, vehicle: Vehicle, slots: WeightStore,
                  devices: dict[str, torch.device], cpus: dict[str, tuple[int, ...]],
-                 ranks: Ranks | None = None):
+                 ranks: Ranks | None = None, layout: Layout | None = None):
         self.cfg, self.v, self.clock = cfg, vehicle, vehicle.clock
-        self.n_rollout, self.n_trainer = cfg.runtime.rollout_workers, cfg.runtime.trainer_workers
+        rt = cfg.runtime
+        self.n_rollout, self.n_trainer = rt.rollout_workers, rt.trainer_workers
         self.slots, self.devices, self.cpus = slots, devices, cpus
+        # each worker's device (a plan's: every worker on its role's device)
+        self.layout = layout or Layout((devices["rollout"],) * rt.rollout_workers,
+                                       (devices["trainer"],) * rt.trainer_ranks,
+                                       rt.trainer_workers)
         self.prompts: tuple[tuple[str, str | None], ...] = ()  # the rollouts' (a live run's)
         v = vehicle
         self.inbox, self.prompt_q, self.commit_q = v.queue(), v.queue(), v.queue()
@@ -116,20 +130,20 @@ class Lifecycle:
         for i in range(self.n_rollout):
             name = f"rollout{i}"
             self.v.start(name, roles.rollout, RolloutContext(
-                **self._common(name, i), device=self.devices["rollout"],
+                **self._common(name, i), device=self.layout.rollout[i],
                 prompts=self.prompts, prompt_q=self.prompt_q, counters=self.counters,
                 stop=self.stop_evt))
         for i in range(self.n_trainer):
             name = f"trainer{i}"
             self.v.start(name, roles.trainer, TrainerContext(
-                **self._common(name, i), device=self.devices["trainer"],
+                **self._common(name, i), device=self.layout.trainer[0],
                 trainer_q=self.trainer_qs[i], commit_q=self.commit_q, ack_q=self.ack_qs[i],
                 stop=self.stop_evt, ranks=self.ranks, rank_qs=self.rank_qs))
         if self.ranks is not None:
             for r, q in enumerate(self.rank_qs, start=1):
                 name = rank_name(r)
                 self.v.start(name, roles.rank, RankContext(
-                    **self._common(name, r), device=self.devices["trainer"], rank=r,
+                    **self._common(name, r), device=self.layout.trainer[r], rank=r,
                     ranks=self.ranks, rank_q=q))
 
     def workers(self) -> set[str]:
@@ -239,10 +253,10 @@ class Runtime(Lifecycle):
 
     def __init__(self, cfg: RunConfig, vehicle: Vehicle, tasks: Sequence[Task]):
         rt = cfg.runtime
-        m = cfg.model
-        devices = {"rollout": resolve_device(m.rollout_device, "rollout"),
-                   "trainer": resolve_device(m.trainer_device, "trainer")}
-        transport = resolve_transport(rt.weight_transport, devices["rollout"])
+        layout = resolve_layout(cfg, resolve_device, torch.cuda.device_count())
+        devices = {"rollout": layout.rollout[0], "trainer": layout.trainer[0]}
+        transport = resolve_transport(rt.weight_transport, devices["rollout"],
+                                      len({d for d in layout.rollout if d.type == "cuda"}))
         spec = trainable_spec(cfg.model.path, cfg.train.lora)
         if vehicle.processes and transport != "device":
             check_shared_memory(spec, rt.trainer_workers + 1, shared_memory_free())
@@ -255,15 +269,18 @@ class Runtime(Lifecycle):
         ranks = None
         # ranks of their own on the wall clock; on the virtual one the trainer prices them
         if rt.trainer_ranks > 1 and vehicle.processes:
-            if devices["trainer"].type != "cpu":
-                raise ConfigError(
-                    f"runtime.trainer_ranks ({rt.trainer_ranks}): ranks run on CPU (gloo) so "
-                    f"far, and model.trainer_device is {devices['trainer']}: set it to cpu")
             # the ranks meet through a file that must not exist before they do
             self.rank_dir = tempfile.mkdtemp(prefix="rlcore-ranks-")
             ranks = Ranks(str(Path(self.rank_dir) / "rendezvous"), rt.trainer_ranks,
                           rt.collective_timeout_s)
-        super().__init__(cfg, vehicle, slots, devices, cpus, ranks)
+        if any(d.type == "cuda" for d in layout.roles().values()):
+            n_slots = rt.trainer_workers + 1
+            needs = role_bytes(model_size(cfg, slots.nbytes), cfg,
+                               longest_prompt_tokens(cfg, [(t.prompt, t.system) for t in tasks]),
+                               slots.nbytes * n_slots)
+            check_memory(layout, needs, gpu_bytes,
+                         devices["rollout"] if transport == "device" else None)
+        super().__init__(cfg, vehicle, slots, devices, cpus, ranks, layout)
         self.slots: WeightSlots = slots
         if devices["rollout"].type == "cuda":
             self.prompts = tuple((t.prompt, t.system) for t in tasks)

@@ -27,6 +27,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import torch
+
 from rlcore.policy.data_parallel import RankGroup
 from rlcore.policy.device import peak_gpu_bytes
 from rlcore.policy.digest import state_digest
@@ -196,7 +198,7 @@ class Trainer(TrainerRole[TrainRequest]):
         super().__init__(ctx, ctx.slots.read_into(self.params))
         check_arrival(ctx.slots, self.version, self.named, ctx.name)
         if ctx.ranks is not None:
-            self.policy.ranks = join_ranks(ctx.ranks, 0)
+            self.policy.ranks = join_ranks(ctx.ranks, 0, self.policy.device)
         elif ctx.clock.virtual:
             self.policy.priced_ranks = ctx.cfg.runtime.trainer_ranks
         self.ops: list[TrainerOp] = []  # steps not reported yet
@@ -274,9 +276,10 @@ def trainer_main(ctx: TrainerContext) -> None:
                           gpu_peak_bytes=peak_gpu_bytes(trainer.policy.device)))
 
 
-def join_ranks(ranks: Ranks, rank: int) -> RankGroup:
+def join_ranks(ranks: Ranks, rank: int, device: torch.device) -> RankGroup:
     """This process's place in its trainer's group, once every rank has come."""
-    return RankGroup(Path(ranks.rendezvous), rank, ranks.world, timeout_s=ranks.timeout_s)
+    return RankGroup(Path(ranks.rendezvous), rank, ranks.world, device=device,
+                     timeout_s=ranks.timeout_s)
 
 
 def rank_main(ctx: RankContext) -> None:
@@ -289,7 +292,7 @@ def rank_main(ctx: RankContext) -> None:
     params = ctx.slots.ordered(named)
     version = ctx.slots.read_into(params)
     check_arrival(ctx.slots, version, named, ctx.name)
-    policy.ranks = join_ranks(ctx.ranks, ctx.rank)
+    policy.ranks = join_ranks(ctx.ranks, ctx.rank, policy.device)
     ctx.inbox.put(Ready(ctx.name, ctx.pid(), str(policy.device), ctx.clock.now() - t_load))
     ctx.start.wait()
     cpu0 = ctx.own_cpu_s()
