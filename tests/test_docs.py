@@ -190,6 +190,15 @@ def test_the_fingerprint_is_of_names_and_weights_together():
     assert fp({"a": "sha256:1", "b": "sha256:2"}) != fp({"a": "sha256:2", "b": "sha256:1"})
 
 
+def test_a_studys_section_is_retaken_alone_and_the_others_kept_in_order():
+    tool = results_page()
+    real, split = tool.REAL_HEADING, tool.SPLIT_HEADING
+    old = f"# default\nrows\n\n{split}\nold split\n\n{real}\nold real\n"
+    page = tool.with_sections("# default\nrows\n", {split: [split, "new split"]}, old)
+    assert page == f"# default\nrows\n\n{real}\nold real\n\n{split}\nnew split\n"
+    assert tool.with_sections("# default\n", {}, "# default\n") == "# default\n"
+
+
 def test_nothing_points_into_the_notebook():
     """The dated entries of notebook/ are history: no doc, config or module refers to one."""
     pointing = [p.relative_to(ROOT).as_posix()

@@ -5,6 +5,8 @@ deterministic. Retaken, never edited:
     make run && python tools/results_page.py results
     make run CONFIG="config/config.yaml config/real.yaml" && \
         python tools/results_page.py --real results/real   # the real model's section
+    make run CONFIG="config/config.yaml config/split.yaml" && \
+        python tools/results_page.py --split results/split   # the split study's section
 
 The emulated runs and the replays are a function of the config, so their rows hold on any
 host; the page carries a fingerprint of their final weights, which tests/test_docs.py checks
@@ -215,8 +217,13 @@ def real_section(results: Path) -> list[str]:
         shared = sum(r["contended"] for r in rows)
         lines.append(f"| {arm} | {len(rows)} | {g:.3f} ± {gh:.3f} | {sp:.3f} ± {sh:.3f} | "
                      f"{per:.1f} | {shared} |")
-    lines = [wrapped(line) for line in lines]
-    for name in REAL_TABLES:
+    return [wrapped(line) for line in lines] + study_tables(results, REAL_TABLES)
+
+
+def study_tables(results: Path, names: tuple[str, ...]) -> list[str]:
+    """A study's tables under headings of their own, each as its rule wrote it."""
+    lines: list[str] = []
+    for name in names:
         table = results / "tables" / name
         if table.is_file():
             lines += ["", f"### {name.removesuffix('.md')}", "",
@@ -224,13 +231,53 @@ def real_section(results: Path) -> list[str]:
     return lines
 
 
-def with_real(text: str, real: list[str] | None, old: str) -> str:
-    """`text` (the default grid's part) followed by the real study's section: the new one,
-    or the one the old page had."""
-    if real is None:
-        kept = old[old.index(REAL_HEADING):] if REAL_HEADING in old else ""
-        return text + ("\n" + kept if kept else "")
-    return text + "\n" + "\n".join(real) + "\n"
+SPLIT_HEADING = "## How to split a few GPUs: config/split.yaml"
+SPLIT_TABLES = ("findings.md", "claims.md")
+# The studies' sections, in the page's order after the default grid's part
+SECTIONS = (REAL_HEADING, SPLIT_HEADING)
+
+
+def split_section(results: Path) -> list[str]:
+    """The section of config/split.yaml's study: its host and job-minutes, then the split
+    table (the plan's pick against the best split, every arm beside its plan) and claims."""
+    job_s = [json.loads(f.read_text())["time"]["job_s"]
+             for f in sorted(results.glob("runs/**/summary.json"))]
+    live = [json.loads(f.read_text()) for f in sorted(results.glob("runs/wall/**/summary.json"))]
+    lines = [
+        SPLIT_HEADING, "",
+        "What `make run CONFIG=\"config/config.yaml config/split.yaml\"` gives at this "
+        "commit: the default task on 4 and 8 emulated V100s, every split into rollout "
+        "workers + trainer ranks at K = 1, 2 and 4 beside sync on as many GPUs, and four "
+        "live layouts on this machine's CPU, each arm planned by `rlcore plan` before it ran "
+        "(docs/placement.md, *The split study*). The emulated rows are the tiny model's "
+        "learning priced as Qwen2.5-0.5B's tokens on derived V100 profiles. Retaken, never "
+        "edited: `python tools/results_page.py --split results/split`.", "",
+        f"- **Host of the live runs:** {host(results)}; "
+        f"{sum(s['load']['contended'] for s in live)} of {len(live)} shared the machine.",
+        f"- **Jobs:** {len(job_s)} runs, {sum(job_s) / 60:.0f} job-minutes (median "
+        f"{statistics.median(job_s):.0f} s).",
+        "- **Figure:** `results/split/figures/split.png`, updates/s by split with the plan "
+        "beside each point.",
+    ]
+    split = results / "tables" / "split.md"  # headed by its own subsections
+    if split.is_file():
+        lines += ["", *split.read_text().rstrip().splitlines()]
+    return [wrapped(line) for line in lines] + study_tables(results, SPLIT_TABLES)
+
+
+def with_sections(text: str, new: dict[str, list[str] | None], old: str) -> str:
+    """`text` (the default grid's part) followed by each study's section: the new one where
+    it was retaken, else the one the old page had."""
+    found = sorted((old.index(h), h) for h in SECTIONS if h in old)
+    kept = {h: old[at:next((a for a, _ in found if a > at), len(old))].rstrip("\n")
+            for at, h in found}
+    parts = [text.rstrip("\n")]
+    for heading in SECTIONS:
+        lines = new.get(heading)
+        section = "\n".join(lines) if lines is not None else kept.get(heading)
+        if section:
+            parts.append(section)
+    return "\n\n".join(parts) + "\n"
 
 
 def wrapped(line: str) -> str:
@@ -250,19 +297,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--real", type=Path, default=None,
                    help="config/real.yaml's finished results (results/real): retake its "
                         "section (default: keep the page's)")
+    p.add_argument("--split", type=Path, default=None,
+                   help="config/split.yaml's finished results (results/split): retake its "
+                        "section (default: keep the page's)")
     p.add_argument("--out", type=Path, default=PAGE)
     args = p.parse_args(argv)
     old = args.out.read_text() if args.out.is_file() else ""
     if args.results is not None:
         text = page(args.results)
-    elif REAL_HEADING in old:
-        text = old[:old.index(REAL_HEADING)].rstrip("\n") + "\n"
     else:
-        text = old
-    real = real_section(args.real) if args.real is not None else None
-    args.out.write_text(with_real(text, real, old))
+        first = min((old.index(h) for h in SECTIONS if h in old), default=len(old))
+        text = old[:first]
+    new = {REAL_HEADING: real_section(args.real) if args.real is not None else None,
+           SPLIT_HEADING: split_section(args.split) if args.split is not None else None}
+    args.out.write_text(with_sections(text, new, old))
+    retaken = [str(p) for p in (args.real, args.split) if p is not None]
     print(f"{args.out}: written from {args.results or 'itself'}"
-          f"{f' and {args.real}' if args.real else ''}")
+          f"{''.join(f' and {r}' for r in retaken)}")
     return 0
 
 
