@@ -5,6 +5,7 @@ import math
 import pytest
 
 from rlcore.analysis.claims import (
+    ABSENT,
     CONTRADICTED,
     EQUIVALENT,
     SUPPORTED,
@@ -226,6 +227,32 @@ def test_a_claim_with_no_effect_that_matters_is_equivalent():
     assert (row["verdict"], row["basis"]) == (SUPPORTED, "equivalence")
 
 
+def test_a_claim_whose_cause_is_absent_says_so_instead_of_a_verdict():
+    """C8 at K = 8: a bias that stale drops would make, on runs that dropped nothing as
+    stale (but a thousand samples as interrupted), is no finding either way."""
+    spec = {"id": "C8", "statement": "dropping stale rollouts biases training toward short",
+            "source": "tinker", "metric": "stale_short_bias", "expect": "negative",
+            "pairing": "seed", "cause": "dropped_stale",
+            "contrast": {"v100/areal/paper/k8/pg": 1}}
+    sesoi = {"stale_short_bias": Sesoi(0.05, relative=False, reason="a test")}
+    rows = [{**_row("areal", "paper", 8, s, None), "stale_short_bias": 0.0,
+             "dropped_stale": 0, "dropped_interrupted": 1000 + s, "resubmissions": 3000}
+            for s in range(3)]
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=sesoi)
+    assert (row["verdict"], row["basis"]) == (ABSENT, "cause")
+    assert row["cause_per_run"] == \
+        "dropped_stale 0, dropped_interrupted 1001, resubmissions 3000 a run"
+    assert "not tested: no dropped\\_stale in its runs" in claims_findings([row])
+    assert "not tested: its cause is absent (no dropped_stale in its runs: " in \
+        claims_markdown([row])
+    # one stale drop in one run: the verdict is the interval's again
+    rows[0] = {**rows[0], "dropped_stale": 1, "stale_short_bias": -0.2}
+    rows[1] = {**rows[1], "stale_short_bias": -0.25}
+    rows[2] = {**rows[2], "stale_short_bias": -0.3}
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=sesoi)
+    assert row["verdict"] == SUPPORTED
+
+
 def test_an_arm_path_with_one_more_level_is_a_replay():
     arm = arm_from_path("wall/areal/paper/k8/pg/decoupled", -0.5)
     assert (arm.clock, arm.mode, arm.preset, arm.staleness_k, arm.objective, arm.replayed,
@@ -292,6 +319,19 @@ def _timed(mode, preset, k, seed, seconds, started):
             "started_unix": started}
 
 
+def test_a_reason_that_says_which_way_ours_goes_is_shown_only_where_it_went_so():
+    row = {"claim": "C3", "statement": "async does not improve runtime", "source": "s",
+           "clock": "wall", "verdict": SUPPORTED, "basis": "interval", "same_weights": False}
+    reported = {"C3": {"figure": "none", "differs": "sync leaves a core idle",
+                       "explains": ["contradicted"]}}
+    assert "sync leaves a core idle" not in paper_beside([row], reported)
+    both = [row, {**row, "clock": "v100", "verdict": CONTRADICTED}]
+    assert "sync leaves a core idle" in paper_beside(both, reported)
+    # a reason that names no direction is shown whatever the verdicts
+    plain = {"C3": {"figure": "none", "differs": "another model"}}
+    assert "another model" in paper_beside([row], plain)
+
+
 def test_a_blocked_claim_pairs_by_block_and_gives_the_unpaired_width_beside_it():
     # arm values by block 10, 14, 12 and 9, 12, 11: the machine drifts between blocks
     areal = [_timed("areal", "areal_defaults", 2, s, v, 100 * s + 1)
@@ -354,6 +394,11 @@ def test_arms_whose_runs_end_in_the_same_weights_are_flagged_and_say_so():
     (row,) = claims_table([claim], same, budget_min=20, sesoi=SESOI)
     assert row["same_weights"] is True and row["effect"] == 0
     assert "end in the same weights" in claims_markdown([row])
+    # on the front page such a row is listed apart, after the findings, as a check
+    other = {**row, "claim": "C1", "same_weights": False}
+    findings = claims_findings([row, other])
+    assert findings.index("- **C1**") < findings.index("Checks of the method") < \
+        findings.index("- **C5**")
     assert "end in the same weights" in claims_findings([row])
     differ = [dict(r) for r in same]
     differ[1]["state_digest"] = "sha256:other"  # one seed's weights differ

@@ -13,6 +13,7 @@ import pytest
 from rlcore.analysis.figures.prompts import PASS_EDGES, draw_prompt_audit
 from rlcore.analysis.prompts import (
     binned_shares,
+    cause_bias,
     final_rows,
     length_terciles,
     prompt_rows,
@@ -76,7 +77,8 @@ class TestPromptRows:
         # lengths over all four responses (a stale drop has one): (10+20+30+40)/4 = 25;
         # passes 1,0,1,0 -> 0.5
         assert by_group()[0] == {"group_id": 0, "task_id": "t0", "answer_chars": 20,
-                                 "samples": 4, "trained": 2,
+                                 "samples": 4, "trained": 2, "dropped_stale": 1,
+                                 "dropped_interrupted": 0,
                                  "trained_share": 0.5, "length": 25.0, "pass_rate": 0.5,
                                  "cut": None}
 
@@ -91,7 +93,8 @@ class TestPromptRows:
 
     def test_a_group_without_response_has_no_length_or_pass_rate(self):
         assert by_group()[2] == {"group_id": 2, "task_id": "t2", "answer_chars": 40,
-                                 "samples": 2, "trained": 0,
+                                 "samples": 2, "trained": 0, "dropped_stale": 0,
+                                 "dropped_interrupted": 2,
                                  "trained_share": 0.0, "length": None, "pass_rate": None,
                                  "cut": 16}
         assert [p["group_id"] for p in unanswered(prompts())] == [2]
@@ -122,13 +125,16 @@ class TestBins:
         # N=5 -> ranks [0], [1, 2], [3, 4]: the tie at 25 splits by group id, 0 before 5
         short, mid, long = length_terciles(prompts(), "length")
         assert short == {"prompts": 1, "length": 7.0, "low": 7.0, "high": 7.0,
-                         "samples": 4, "trained": 3, "trained_share": 0.75}
-        # groups 4 and 0: (15+25)/2 = 20; trained 3+2 of 3+4 slots
+                         "samples": 4, "trained": 3, "trained_share": 0.75,
+                         "dropped_stale_share": 0.0, "dropped_interrupted_share": 0.25}
+        # groups 4 and 0: (15+25)/2 = 20; trained 3+2 of 3+4 slots, one dropped as stale
         assert mid == {"prompts": 2, "length": 20.0, "low": 15.0, "high": 25.0,
-                       "samples": 7, "trained": 5, "trained_share": 5 / 7}
+                       "samples": 7, "trained": 5, "trained_share": 5 / 7,
+                       "dropped_stale_share": 1 / 7, "dropped_interrupted_share": 0.0}
         # groups 5 and 3: (25+55)/2 = 40; trained 1+1 of 1+2 slots
         assert long == {"prompts": 2, "length": 40.0, "low": 25.0, "high": 55.0,
-                        "samples": 3, "trained": 2, "trained_share": 2 / 3}
+                        "samples": 3, "trained": 2, "trained_share": 2 / 3,
+                        "dropped_stale_share": 1 / 3, "dropped_interrupted_share": 0.0}
 
     def test_the_split_does_not_depend_on_input_order(self):
         shuffled = prompts()
@@ -152,7 +158,8 @@ class TestBins:
         bins = binned_shares(prompts(), "pass_rate", PASS_EDGES)
         assert [b["prompts"] for b in bins] == [1, 0, 1, 2, 1]
         assert bins[1] == {"prompts": 0, "pass_rate": None, "low": None, "high": None,
-                           "samples": 0, "trained": 0, "trained_share": None}
+                           "samples": 0, "trained": 0, "trained_share": None,
+                           "dropped_stale_share": None, "dropped_interrupted_share": None}
         assert [b["trained_share"] for b in bins] == [0.5, None, 0.5, 6 / 7, 1.0]
 
     def test_more_bins_than_prompts_leaves_bins_empty(self):
@@ -176,6 +183,18 @@ class TestShortBias:
         assert (short["answer_chars"], mid["answer_chars"], long["answer_chars"]) == (
             10.0, 20.0, 32.5)
         assert mid["trained_share"] == 0.5  # groups 0 and 3: 2 of 4 and 1 of 2
+
+    def test_each_drop_cause_makes_its_part_of_the_bias(self):
+        # by answer length: short groups 1, 4 (7 slots: 0 stale, 1 interrupted), middle
+        # groups 0, 3 (6 slots: 2 stale), long groups 5, 2 (3 slots: 0 stale, 2
+        # interrupted). Stale: 0 - 0; interrupted: 1/7 - 2/3 = -11/21, the whole short_bias
+        assert cause_bias(prompts(), "dropped_stale") == 0.0
+        assert cause_bias(prompts(), "dropped_interrupted") == pytest.approx(1 / 7 - 2 / 3)
+        assert cause_bias(prompts(), "dropped_interrupted") == pytest.approx(
+            short_bias(prompts()))
+        _, middle, _ = length_terciles(prompts())
+        assert middle["dropped_stale_share"] == pytest.approx(2 / 6)
+        assert cause_bias([], "dropped_stale") is None
 
     def test_positive_when_long_problems_are_trained_more(self):
         rows = [row(0, 0, 5, status="dropped_stale"), row(0, 1, 5),   # short: 1 of 2

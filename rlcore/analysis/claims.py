@@ -45,11 +45,15 @@ from rlcore.record.identity import WALL_CLOCK, parse_arm
 
 SUPPORTED, CONTRADICTED, UNRESOLVED = "supported", "contradicted", "unresolved at this power"
 EQUIVALENT = "equivalent"
+# A claim about one cause, on runs where that cause never happened: no verdict
+ABSENT = "not tested: its cause is absent"
 Z975 = 1.959964  # two-sided alpha = 0.05
 Z80 = 0.841621  # power 0.8
 Z95 = 1.644854  # one-sided alpha = 0.05, each of an equivalence's two tests
 Z90 = 1.281552  # power 0.8 of both one-sided tests at a true effect of zero
 ARM_KEYS = ("clock", "mode", "preset", "staleness_k", "objective", "replayed")
+# What the runs record of why a sample was not trained, by runs-table column
+DROP_COUNTS = ("dropped_stale", "dropped_interrupted", "resubmissions")
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ class Claim:
     pairing: Literal["seed", "block", "none"]
     arms: tuple[Arm, ...]
     or_equivalent: bool = False
+    cause: str | None = None  # a runs-table count the claim's mechanism needs above zero
 
     @property
     def clock(self) -> str:
@@ -124,7 +129,8 @@ def claim_from_config(spec: Mapping[str, Any]) -> Claim:
     arms = tuple(arm_from_path(path, w) for path, w in spec["contrast"].items())
     return Claim(id=spec["id"], statement=spec["statement"], source=spec["source"],
                  metric=spec["metric"], expect=spec["expect"], pairing=spec["pairing"],
-                 arms=arms, or_equivalent=bool(spec.get("or_equivalent", False)))
+                 arms=arms, or_equivalent=bool(spec.get("or_equivalent", False)),
+                 cause=spec.get("cause"))
 
 
 def comparison_text(claim: Claim) -> str:
@@ -328,6 +334,9 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
              else fewest)
     lo90, hi90 = effect.interval90()
     outcome, basis = verdict(effect, claim.expect, delta, claim.or_equivalent)
+    counts = cause_counts(claim, rows)
+    if counts is not None and counts["runs"] and not counts[str(claim.cause)]:
+        outcome, basis = ABSENT, "cause"
     return {
         "claim": claim.id,
         "statement": claim.statement,
@@ -359,7 +368,29 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
         "basis": basis,
         "missing_arms": "; ".join(missing),
         "same_weights": same_weights(claim, rows),
+        "cause": claim.cause,
+        "cause_per_run": cause_per_run(counts),
     }
+
+
+def cause_counts(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> dict[str, float] | None:
+    """Each drop cause's count (DROP_COUNTS) summed over the runs of the claim's arms, by
+    column; None for a claim that names no cause."""
+    if claim.cause is None:
+        return None
+    keys = {a.key() for a in claim.arms}
+    mine = [r for r in rows if row_key(r) in keys]
+    return {c: sum(float(r.get(c) or 0) for r in mine) for c in
+            dict.fromkeys((claim.cause, *DROP_COUNTS))} | {"runs": float(len(mine))}
+
+
+def cause_per_run(counts: Mapping[str, float] | None) -> str:
+    """'dropped_stale 0, dropped_interrupted 1055.0 a run': what a row's runs dropped, by
+    cause, per run; '' without a cause."""
+    if counts is None or not counts.get("runs"):
+        return ""
+    runs = counts["runs"]
+    return ", ".join(f"{c} {counts[c] / runs:.4g}" for c in counts if c != "runs") + " a run"
 
 
 def claims_table(claims: Iterable[Claim], rows: Sequence[Mapping[str, Any]],

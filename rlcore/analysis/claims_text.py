@@ -8,11 +8,21 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlcore.analysis.claims import EQUIVALENT, SUPPORTED, UNRESOLVED, blocked_widths
+from rlcore.analysis.claims import (
+    ABSENT,
+    EQUIVALENT,
+    SUPPORTED,
+    UNRESOLVED,
+    blocked_widths,
+)
 from rlcore.record.identity import WALL_CLOCK
 
 # What a row whose arms' runs end in the same weights says (`claims.py::same_weights`).
 SAME_WEIGHTS = "its arms' runs end in the same weights, so they differ only in time"
+# Above the rows the front page lists apart: comparisons that could not have come out otherwise
+CHECKS_HEAD = ("Checks of the method, not findings: these comparisons' arms end in the same "
+               "weights, so what the weights score is equal by construction and only time "
+               "can differ.")
 
 
 def _num(x: float, digits: int) -> str:
@@ -45,6 +55,8 @@ def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
             verdict_text += (" (equivalence: the 90 % interval lies within +-delta)"
                              if r["verdict"] == SUPPORTED else
                              " (the 90 % interval lies within +-delta)")
+        if r["verdict"] == ABSENT:
+            verdict_text += f" (no {r['cause']} in its runs: {r['cause_per_run']})"
         if r["verdict"] == UNRESOLVED and not r["seeds_to_settle"] <= r["seeds"]:
             verdict_text += ("; more seeds do not fit the budget" if r["beyond_budget"]
                              else "; more seeds fit the budget")
@@ -80,36 +92,48 @@ def _plain(text: str) -> str:
     return re.sub(r"([\\`*_|])", r"\\\1", text)
 
 
-def verdict_words(row: Mapping[str, Any]) -> str:
+def verdict_words(row: Mapping[str, Any], same: bool = True) -> str:
     """A claims row's verdict in words: 'equivalent (no effect that matters)', 'supported by
     equivalence' for a does-not-improve claim settled so, else the verdict itself; and that
     its arms end in the same weights, when they do (`claims.py::same_weights`)."""
-    if row["verdict"] == EQUIVALENT:
+    if row["verdict"] == ABSENT:
+        words = f"not tested: no {row['cause']} in its runs ({row['cause_per_run']})"
+    elif row["verdict"] == EQUIVALENT:
         words = f"{row['verdict']} (no effect that matters)"
     elif row["basis"] == "equivalence":
         words = f"{row['verdict']} by equivalence"
     else:
         words = str(row["verdict"])
-    return words + (f", {SAME_WEIGHTS}" if row.get("same_weights") else "")
+    return words + (f", {SAME_WEIGHTS}" if same and row.get("same_weights") else "")
 
 
 def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
     """One plain sentence per claim of the claims table (what its source said, and the
     verdict on each clock it was tested on), as a list that reads the same in Markdown and
-    reStructuredText: the report's front page opens with it. The effects and intervals are
-    the table's."""
+    reStructuredText: the report's front page opens with it; the rows whose arms end in the
+    same weights follow in a list of their own, as checks of the method. The effects and
+    intervals are the table's."""
     found: dict[tuple[str, str, str], list[str]] = {}
+    checks: dict[tuple[str, str, str], list[str]] = {}
     for r in table:
         on = "this machine's clock" if r["clock"] == WALL_CLOCK else f"the emulated {r['clock']}"
-        found.setdefault((r["claim"], r["statement"], r["source"]), []).append(
-            f"**{_plain(verdict_words(r))}** on {_plain(on)}")
-    return "".join(f"- **{claim}** {_plain(statement)} ({_plain(source)}): "
-                   f"{'; '.join(verdicts)}.\n"
-                   for (claim, statement, source), verdicts in found.items())
+        # arms that end in the same weights check the method: they could not differ
+        into = checks if r.get("same_weights") else found
+        into.setdefault((r["claim"], r["statement"], r["source"]), []).append(
+            f"**{_plain(verdict_words(r, same=False))}** on {_plain(on)}")
+
+    def listed(rows: dict[tuple[str, str, str], list[str]]) -> str:
+        return "".join(f"- **{claim}** {_plain(statement)} ({_plain(source)}): "
+                       f"{'; '.join(verdicts)}.\n"
+                       for (claim, statement, source), verdicts in rows.items())
+
+    if not checks:
+        return listed(found)
+    return (listed(found) + f"\n{CHECKS_HEAD}\n\n" + listed(checks))
 
 
 def paper_beside(table: Sequence[Mapping[str, Any]],
-                 reported: Mapping[str, Mapping[str, str]]) -> str:
+                 reported: Mapping[str, Mapping[str, Any]]) -> str:
     """The paper beside us, as Markdown: per claim statement, what its source reported
     (config `reported`, by claim id), the verdict on the emulated clock and on this
     machine's, and why the two settings may differ; a claim's rows share its first row's
@@ -128,9 +152,16 @@ def paper_beside(table: Sequence[Mapping[str, Any]],
     lines = [f"| claim (source) | the source reported | {emulated} | this machine | why they "
              "may differ |", "|---|---|---|---|---|"]
     seen: set[str] = set()
+    measured: dict[str, set[str]] = {}
+    for r in table:
+        measured.setdefault(r["claim"], set()).add(r["verdict"])
     for (claim, statement, source), cells in verdicts.items():
-        given = reported.get(claim, {}) if claim not in seen else {}
+        given = dict(reported.get(claim, {})) if claim not in seen else {}
         seen.add(claim)
+        # a reason that says which way ours should go is shown only where ours went so
+        explains = given.get("explains")
+        if explains is not None and not measured[claim] & set(explains):
+            given.pop("differs", None)
         lines.append(
             f"| **{claim}** {_plain(statement)} ({_plain(source)}) | "
             f"{_plain(given.get('figure', ''))} | "

@@ -22,6 +22,12 @@ from typing import Any
 from rlcore.record.rundir import read_jsonl
 
 Row = dict[str, Any]  # one prompt, as `prompt_rows` gives it
+# Why a slot was never trained, as samples.jsonl records it: dropped as stale (filter), or
+# interrupted past staleness.max_retries resubmissions (retries exhausted)
+DROP_CAUSES = ("dropped_stale", "dropped_interrupted")
+# Each cause's part of the short bias, by the runs table's column name
+BIAS_OF = {"dropped_stale": "stale_short_bias", "dropped_interrupted": "interrupted_short_bias"}
+LENGTH_BIASES = ("short_bias", *BIAS_OF.values())  # the metrics the audit gives a run
 
 
 def final_rows(samples: Iterable[Row]) -> list[Row]:
@@ -62,6 +68,7 @@ def prompt_rows(samples: Iterable[Row]) -> list[Row]:
             "answer_chars": rows[0].get("answer_chars"),
             "samples": len(rows),
             "trained": trained,
+            **{cause: sum(r["status"] == cause for r in rows) for cause in DROP_CAUSES},
             "trained_share": trained / len(rows),
             "length": _mean([r["response_tokens"] for r in answered]),
             "pass_rate": _mean([float(r["pass"]) for r in answered]),
@@ -78,13 +85,16 @@ def trained_share(prompts: Iterable[Row]) -> float | None:
 
 
 def _bin(key: str, prompts: list[Row]) -> Row:
+    samples = sum(p["samples"] for p in prompts)
     return {"prompts": len(prompts),
             key: _mean([p[key] for p in prompts]),
             "low": prompts[0][key] if prompts else None,
             "high": prompts[-1][key] if prompts else None,
-            "samples": sum(p["samples"] for p in prompts),
+            "samples": samples,
             "trained": sum(p["trained"] for p in prompts),
-            "trained_share": trained_share(prompts)}
+            "trained_share": trained_share(prompts),
+            **{f"{cause}_share": sum(p.get(cause, 0) for p in prompts) / samples
+               if samples else None for cause in DROP_CAUSES}}
 
 
 def binned_shares(prompts: Iterable[Row], key: str, bins: int | Sequence[float]) -> list[Row]:
@@ -123,6 +133,17 @@ def short_bias(prompts: Iterable[Row], key: str = "answer_chars") -> float | Non
     return long["trained_share"] - short["trained_share"]
 
 
+def cause_bias(prompts: Iterable[Row], cause: str, key: str = "answer_chars") -> float | None:
+    """The part of `short_bias` one drop cause makes (a status of DROP_CAUSES): the shortest
+    tercile's share of slots dropped so less the longest's; negative when that cause drops
+    long problems more. The causes' parts and what was never trained for another reason add
+    up to `short_bias`. None below 3 prompts with a `key`."""
+    short, _, long = binned_shares(prompts, key, 3)
+    if short["prompts"] == 0:
+        return None
+    return short[f"{cause}_share"] - long[f"{cause}_share"]
+
+
 def unanswered(prompts: Iterable[Row]) -> list[Row]:
     """The prompts with no response (every slot cut for good): on no length or pass-rate axis,
     and never trained."""
@@ -153,3 +174,14 @@ def run_short_bias(run_dir: Path) -> float | None:
     """`short_bias` of a run by answer length; None without samples.jsonl or enough prompts."""
     samples = Path(run_dir) / "samples.jsonl"
     return short_bias(prompt_rows(read_jsonl(samples))) if samples.is_file() else None
+
+
+def run_length_biases(run_dir: Path) -> dict[str, float | None]:
+    """A run's `short_bias` and each drop cause's part of it (`cause_bias`), as the runs
+    table's columns: short_bias, stale_short_bias, interrupted_short_bias; None without
+    samples.jsonl or enough prompts."""
+    samples = Path(run_dir) / "samples.jsonl"
+    prompts = prompt_rows(read_jsonl(samples)) if samples.is_file() else []
+    return {"short_bias": short_bias(prompts) if prompts else None,
+            **{BIAS_OF[cause]: cause_bias(prompts, cause) if prompts else None
+               for cause in DROP_CAUSES}}

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.analysis.prompts import run_short_bias
+from rlcore.analysis.prompts import run_length_biases
 from rlcore.config import MODES  # their order is the order of every table and figure
 from rlcore.record.identity import RUN_GLOB, WALL_CLOCK, RunId
 
@@ -259,6 +259,8 @@ LABELS = {
     "tokens_wasted": "tokens wasted",
     "wasted_frac": "wasted / generated tokens",
     "short_bias": "trained share: long - short answers",
+    "stale_short_bias": "... of it from stale drops",
+    "interrupted_short_bias": "... from interrupted drops",
 }
 # Decimals of a Markdown cell: counts and rates of hundreds need none, seconds two.
 DIGITS = {"steps_to_threshold": 0, "dropped_stale": 0, "dropped_interrupted": 0,
@@ -267,7 +269,8 @@ DIGITS = {"steps_to_threshold": 0, "dropped_stale": 0, "dropped_interrupted": 0,
           "updates_per_s": 1, "wall_s": 2, "cold_start_s": 2, "time_to_threshold_s": 2}
 K_SWEEP = ("acceptance_rate", "dropped_stale", "dropped_interrupted", "resubmissions",
            "tokens_wasted",
-           "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate", "short_bias")
+           "wasted_frac", "accepted_samples_per_s", "heldout_pass_rate", "short_bias",
+           "stale_short_bias", "interrupted_short_bias")
 
 
 def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -280,10 +283,10 @@ def table1(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def k_sweep(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per mode, preset, objective and K: acceptance, drops (stale; interrupted on the last
     allowed attempt), resubmissions, wasted tokens,
-    accepted throughput, final pass rate, and the prompt audit's `short_bias` (read from
-    each run's samples.jsonl here, the one table that shows it)."""
-    return aggregate([{**r, "short_bias": run_short_bias(Path(r["run_dir"]))} for r in rows],
-                     K_SWEEP)
+    accepted throughput, final pass rate, and the prompt audit's `short_bias` with the part
+    of it each drop cause makes (read from each run's samples.jsonl here, the one table that
+    shows them)."""
+    return aggregate([{**r, **run_length_biases(Path(r["run_dir"]))} for r in rows], K_SWEEP)
 
 
 def quality_vs_k(rows: Iterable[dict[str, Any]], mode: str, preset: str, clock: str = WALL_CLOCK

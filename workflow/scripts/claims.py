@@ -11,7 +11,7 @@ from rlcore.analysis.claims import (
 )
 from rlcore.analysis.claims_text import claims_findings, claims_markdown, paper_beside
 from rlcore.analysis.figures.claims import draw_claims_forest
-from rlcore.analysis.prompts import run_short_bias
+from rlcore.analysis.prompts import LENGTH_BIASES, run_length_biases
 from rlcore.analysis.tables import logged, read_runs, write_csv
 
 
@@ -19,10 +19,10 @@ def main(smk):
     claims = [claim_from_config(c) for c in smk.params.claims]
     rows = read_runs(smk.input.runs, replays=None)
     # the prompt audit reads a run's samples.jsonl: only for the runs a claim needs it of
-    audited = {a.key() for c in claims if c.metric == "short_bias" for a in c.arms}
+    audited = {a.key() for c in claims if c.metric in LENGTH_BIASES for a in c.arms}
     for r in rows:
         if r["replayed"] is None and row_key(r) in audited:
-            r["short_bias"] = run_short_bias(Path(r["run_dir"]))
+            r.update(run_length_biases(Path(r["run_dir"])))
     table = claims_table(claims, rows, smk.params.budget_min, sesoi_from_config(smk.params.sesoi))
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))

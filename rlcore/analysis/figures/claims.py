@@ -12,15 +12,16 @@ from typing import Any
 
 from matplotlib.ticker import FuncFormatter
 
-from rlcore.analysis.claims import CONTRADICTED, EQUIVALENT, SUPPORTED, UNRESOLVED
+from rlcore.analysis.claims import ABSENT, CONTRADICTED, EQUIVALENT, SUPPORTED, UNRESOLVED
 from rlcore.analysis.figures.style import plt, save
 from rlcore.record.identity import WALL_CLOCK
 
 VERDICT_COLOR = {SUPPORTED: "#1b9e77", CONTRADICTED: "#d95f02", EQUIVALENT: "#7570b3",
-                 UNRESOLVED: "#9a9a9a"}
+                 UNRESOLVED: "#9a9a9a", ABSENT: "#d9d9d9"}
 VERDICT_LABEL = {SUPPORTED: "supported", CONTRADICTED: "contradicted",
                  EQUIVALENT: "equivalent (no effect that matters)",
-                 UNRESOLVED: "unresolved at this power"}
+                 UNRESOLVED: "unresolved at this power",
+                 ABSENT: "not tested: its cause is absent"}
 
 
 def in_deltas(row: Mapping[str, Any]) -> tuple[float, float, float]:

@@ -17,6 +17,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from rlcore.analysis.figures.style import plt, read_jsonl, save
+from rlcore.analysis.prompts import length_terciles, runs_prompt_rows
 from rlcore.record.identity import WALL_CLOCK
 
 COUNT_KEYS = ("rows", "dropped_stale", "restarted")
@@ -85,7 +86,10 @@ def draw_length_bias(runs_by_k: dict[int, list[Path]], png: str | Path, svg: str
                      title: str, min_rows: int = MIN_ROWS) -> None:
     """Drop rate and interrupt rate against response length, one line per K; lengths with
     fewer than `min_rows` rows are left out, and marker width grows with log(rows)."""
-    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6), sharex=True, layout="constrained")
+    fig, panels = plt.subplots(1, 3, figsize=(15.2, 3.6), layout="constrained",
+                               gridspec_kw={"width_ratios": [1, 1, 0.8]})
+    axes, causes = panels[:2], panels[2]
+    axes[1].sharex(axes[0])
     ks = sorted(runs_by_k)
     cmap = plt.get_cmap("viridis")
     for i, k in enumerate(ks):
@@ -100,14 +104,27 @@ def draw_length_bias(runs_by_k: dict[int, list[Path]], png: str | Path, svg: str
             ys = [r[key] for r in rates.values()]
             ax.plot(xs, ys, color=color, linewidth=1, label=f"K={k}")
             ax.scatter(xs, ys, s=sizes, color=color, zorder=3, clip_on=False)
+        # each cause's share of the slots of each third of prompts by reference answer (the
+        # axis C8 is tested on, known for every prompt, cut ones included)
+        thirds = length_terciles(runs_prompt_rows(runs_by_k[k]))
+        for cause, style in (("dropped_stale", "-"), ("dropped_interrupted", "--")):
+            ys = [t[f"{cause}_share"] for t in thirds]
+            causes.plot(range(3), ys, style, color=color, marker="o", markersize=4,
+                        label=f"K={k}, {cause.removeprefix('dropped_')}")
     for ax, ylabel in zip(axes, ("dropped as stale (share of rows)",
                                  "restarted after an interrupt (share of rows)"), strict=True):
         ax.set_xlabel("response length (tokens)")
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    causes.set_xticks(range(3), ["short", "middle", "long"])
+    causes.set_xlabel("third of prompts by reference answer length")
+    causes.set_ylabel("dropped (share of slots): by cause")
+    causes.set_ylim(bottom=0)
     if ks:
         axes[0].legend(fontsize=7, title_fontsize=7,
                        title=f"lengths with < {min_rows} rows left out;\nmarker width ~ log(rows)")
+        causes.legend(fontsize=6.5, title="solid: stale; dashed: interrupted past retries",
+                      title_fontsize=6.5)
     fig.suptitle(title, fontsize=10)
     save(fig, png, svg)
