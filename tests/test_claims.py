@@ -332,6 +332,19 @@ def test_a_reason_that_says_which_way_ours_goes_is_shown_only_where_it_went_so()
     assert "another model" in paper_beside([row], plain)
 
 
+def test_the_front_page_says_what_each_virtual_clock_priced_and_what_learned():
+    from rlcore.analysis.claims_text import conditions_text
+
+    rows = [{"clock": "v100"}, {"clock": "wall"}]
+    priced = {"v100": {"machine": "2x V100, Qwen", "weight_transport": "host",
+                       "decode_path": "hf"}}
+    text = conditions_text(rows, priced, "models/tiny")
+    assert text.startswith("On the emulated v100 the model that learned is models/tiny, its "
+                           "seconds priced as on 2x V100, Qwen; it prices weights copied "
+                           "through pageable host memory and Hugging Face's eager decoding")
+    assert conditions_text([{"clock": "wall"}], priced, "models/tiny") == ""
+
+
 def test_a_blocked_claim_pairs_by_block_and_gives_the_unpaired_width_beside_it():
     # arm values by block 10, 14, 12 and 9, 12, 11: the machine drifts between blocks
     areal = [_timed("areal", "areal_defaults", 2, s, v, 100 * s + 1)

@@ -90,13 +90,24 @@ def test_runs_by_k_keeps_one_mode_preset_and_clock():
     assert runs_by_k(rows, "areal", "paper", "v100") == {0: [Path("/r/v100-areal-paper-0-5")]}
 
 
+def audited(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` with what the prompt audit reads too (the figure's panel of drops by cause):
+    groups of four slots, each group's reference answer longer than the last's."""
+    return [{**r, "group_id": i // 4, "slot": i, "task_id": f"t{i // 4}",
+             "answer_chars": 5 + i // 4, "pass": False,
+             "batch_id": 0 if r["status"] == "accepted" else None}
+            for i, r in enumerate(rows)]
+
+
 def test_draw_length_bias_writes_png_and_svg(tmp_path: Path):
     many = [row(2)] * 30 + [row(2, "dropped_stale")] * 10 + [row(3, attempt=1)] * 25
-    k0 = write_run(tmp_path / "k0", many)
-    k2 = write_run(tmp_path / "k2", many + [row(5, "dropped_interrupted", attempt=2)] * 40)
+    k0 = write_run(tmp_path / "k0", audited(many))
+    k2 = write_run(tmp_path / "k2",
+                   audited(many + [row(5, "dropped_interrupted", attempt=2)] * 40))
     png, svg = tmp_path / "length_bias.png", tmp_path / "length_bias.svg"
     draw_length_bias({2: [k2], 0: [k0]}, png, svg, title="length bias")
     assert png.read_bytes().startswith(b"\x89PNG")
     text = svg.read_text()
     assert "<svg" in text and "K=0" in text and "K=2" in text
+    assert "K=2, interrupted" in text  # the drops by cause, per third of prompts
     assert png.stat().st_size > 1000

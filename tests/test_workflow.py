@@ -141,7 +141,14 @@ def test_claims_table_compares_the_arms_it_names(pipeline: Path):
     # the report's front page opens with the table in words, one sentence per claim
     findings = (results / "tables" / "findings.md").read_text().splitlines()
     assert findings[0] == ("- **T1** AReaL-style beats sync (a test): **unresolved at this "
-                           "power** on this machine's clock.") and len(findings) == 3
+                           "power** on this machine's clock.")
+    # T2's replay under decoupled ends in its pg run's weights here (on-policy, one seed):
+    # listed apart, after the findings, as a check of the method
+    claims_in = [line.split("**")[1] for line in findings if line.startswith("- **")]
+    assert claims_in == ["T1", "T3", "T2"]
+    assert findings.index("- **T2** decoupled beats pg on pg's schedule (a test): "
+                          "**unresolved at this power** on this machine's clock.") > \
+        next(i for i, line in enumerate(findings) if line.startswith("Checks of the method"))
     # the paper beside us: T1's figure and reason from config `reported`, T2 has none
     paper = (results / "tables" / "paper_beside.md").read_text().splitlines()
     assert paper[2] == ("| **T1** AReaL-style beats sync (a test) | a 0.1 gain | not tested | "

@@ -107,6 +107,34 @@ def verdict_words(row: Mapping[str, Any], same: bool = True) -> str:
     return words + (f", {SAME_WEIGHTS}" if same and row.get("same_weights") else "")
 
 
+# How a profile's weight transport and decode path read on the front page
+TRANSPORT_WORDS = {"host": "pageable host memory", "pinned": "page-locked host memory",
+                   "device": "GPU memory shared by CUDA IPC"}
+DECODE_WORDS = {"hf": "Hugging Face's eager decoding", "static": "the static decode step",
+                "graph": "decode steps captured as CUDA graphs"}
+
+
+def conditions_text(table: Sequence[Mapping[str, Any]],
+                    priced: Mapping[str, Mapping[str, str | None]], model: str) -> str:
+    """A sentence per virtual clock of the table: the model that learned, and the machine,
+    weight transport and decode path its profile priced (`priced`: clock -> the profile's
+    `machine`, `weight_transport`, `decode_path`); '' without virtual rows."""
+    clocks = sorted({r["clock"] for r in table if r["clock"] != WALL_CLOCK} & set(priced))
+    out = []
+    for clock in clocks:
+        p = priced[clock]
+        transport = TRANSPORT_WORDS.get(p.get("weight_transport") or "")
+        decode = DECODE_WORDS.get(p.get("decode_path") or "")
+        paths = " and ".join(w for w in (f"weights copied through {transport}"
+                                         if transport else "", decode) if w)
+        how = (f"; it prices {paths}, paths a run of this config on those GPUs may not take "
+               "(each run's profile_mismatch says)") if paths else ""
+        out.append(f"On the emulated {_plain(clock)} the model that learned is "
+                   f"{_plain(model)}, its seconds priced as on {_plain(str(p['machine']))}"
+                   f"{_plain(how)}.")
+    return "".join(f"{line}\n\n" for line in out)
+
+
 def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
     """One plain sentence per claim of the claims table (what its source said, and the
     verdict on each clock it was tested on), as a list that reads the same in Markdown and

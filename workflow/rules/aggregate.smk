@@ -98,6 +98,8 @@ rule claims:
         budget_min=config["claims_budget_min"],
         sesoi=config.get("sesoi", {}),
         reported=config.get("reported", {}),
+        priced=clocks_priced(),
+        model=model_path(),
         code=analysis_code("claims.py"),
     script:
         "../scripts/claims.py"

@@ -288,6 +288,21 @@ def plan_profile():
     return load_profile(settings["runtime"]["hardware"]).digest()
 
 
+def clocks_priced():
+    """What each virtual clock of the grid prices, for the front page: its profile's
+    machine, weight transport and decode path."""
+    out = {}
+    for p in POINTS:
+        if p["clock"] != WALL_CLOCK and p["clock"] not in out:
+            profile = load_profile(p["clock"])
+            out[p["clock"]] = {
+                "machine": profile.machine,
+                "weight_transport": profile.weight_transport,
+                "decode_path": profile.decode_path,
+            }
+    return out
+
+
 def split_arms():
     """The arms the split study plans (config `splits`): each sync and AReaL-style pg arm
     of the grid, as (clock, mode, preset, K), at its lowest seed's point; none without it.

@@ -9,7 +9,12 @@ from rlcore.analysis.claims import (
     row_key,
     sesoi_from_config,
 )
-from rlcore.analysis.claims_text import claims_findings, claims_markdown, paper_beside
+from rlcore.analysis.claims_text import (
+    claims_findings,
+    claims_markdown,
+    conditions_text,
+    paper_beside,
+)
 from rlcore.analysis.figures.claims import draw_claims_forest
 from rlcore.analysis.prompts import LENGTH_BIASES, run_length_biases
 from rlcore.analysis.tables import logged, read_runs, write_csv
@@ -26,7 +31,8 @@ def main(smk):
     table = claims_table(claims, rows, smk.params.budget_min, sesoi_from_config(smk.params.sesoi))
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
-    Path(smk.output.findings).write_text(claims_findings(table))
+    Path(smk.output.findings).write_text(
+        conditions_text(table, smk.params.priced, smk.params.model) + claims_findings(table))
     Path(smk.output.paper).write_text(paper_beside(table, smk.params.reported))
     draw_claims_forest(table, smk.output.forest, smk.output.forest_svg)
 
