@@ -33,8 +33,18 @@ def _num(x: float, digits: int) -> str:
     return f"{x:.{digits}f}"
 
 
+# Seeds beyond any grid this tool runs: a need above it is printed as "over" it
+MANY_SEEDS = 100
+
+
 def _count(n: float) -> str:
-    return "n/a" if math.isnan(n) else ("inf" if math.isinf(n) else f"{n:.0f}")
+    """A number of seeds as the table prints it: none settle an effect of exactly zero, and
+    a need beyond any grid is only 'over 100'."""
+    if math.isnan(n):
+        return "n/a"
+    if math.isinf(n):
+        return "none settle it (no effect seen)"
+    return f"over {MANY_SEEDS}" if n > MANY_SEEDS else f"{n:.0f}"
 
 
 def claims_markdown(table: Sequence[Mapping[str, Any]], digits: int = 3) -> str:

@@ -3,7 +3,8 @@
 The plan (`rlcore plan --sweep staleness.staleness_k=...`, a JSON list with one entry per
 K) predicts the timing figures of `rlcore/record/timing.py`; the measured ones are read from
 the runs of the same arm with the same function, so each panel sets one quantity beside
-itself: updates/s, the stale-drop rate and the wasted-token share against K.
+itself: updates/s, the drop rate (stale or interrupted past the retries: both causes) and
+the wasted-token share against K.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rlcore.analysis.tables import mean_ci95
 from rlcore.record.identity import WALL_CLOCK
 from rlcore.record.timing import run_timing
 
-PANELS = (("updates_per_s", "updates / s"), ("stale_drop_rate", "stale-drop rate"),
+PANELS = (("updates_per_s", "updates / s"), ("stale_drop_rate", "dropped: stale or interrupted"),
           ("wasted_token_share", "wasted-token share"))
 KEY = "staleness.staleness_k"
 
