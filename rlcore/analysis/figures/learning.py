@@ -21,6 +21,7 @@ from rlcore.analysis.figures.style import (
     by_clock,
     clock_panels,
     clock_title,
+    config_colors,
     config_label,
     group_rows,
     lighter,
@@ -102,7 +103,7 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
     """Bars of a metric per (mode, preset, K), one bar per objective, mean ± 95% CI, seeds as
     dots; a panel per clock, whose y label says which seconds when `seconds`."""
     every = group_rows(rows)
-    objectives, colors = objectives_of(every), arm_colors(every)
+    objectives, colors = objectives_of(every), config_colors(every)
     named = sync_presets_differ(every)
     width = 0.8 / len(objectives)
     panels = {clock: group_rows(clock_rows) for clock, clock_rows in by_clock(rows).items()}
@@ -120,7 +121,7 @@ def _bar_chart(rows: Sequence[Row], metric: str, ylabel: str,
                 if values:
                     mean, ci = mean_ci95(values)
                     ax.bar(x, mean, width * 0.9, yerr=ci, capsize=3,
-                           color=colors[(mode, preset)], alpha=0.75, hatch=hatches[j % 4],
+                           color=colors[(mode, preset, k)], alpha=0.75, hatch=hatches[j % 4],
                            edgecolor="white")
                     ax.plot([x] * len(values), values, "k.", markersize=4)
                 if missing_note and len(values) < len(members):
@@ -168,18 +169,18 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
     question: does async shorten it?); a panel per clock. A virtual run has no start-up
     (`rlcore.analysis.tables.run_row`): its bar starts at the cold start."""
     every = group_rows(rows)
-    colors, named = arm_colors(every), sync_presets_differ(every)
+    colors, named = config_colors(every), sync_presets_differ(every)
     panels = {clock: group_rows(clock_rows) for clock, clock_rows in by_clock(rows).items()}
     fig, axes = clock_panels({c: len(groups) for c, groups in panels.items()}, 0.45, 4.2)
     for ax, (clock, groups) in zip(axes, panels.items(), strict=True):
-        for i, ((mode, preset, _, _), members) in enumerate(groups.items()):
+        for i, ((mode, preset, k, _), members) in enumerate(groups.items()):
             startups = [r["startup_s"] or 0.0 for r in members]
             startup, _ = mean_ci95(startups)
             cold, _ = mean_ci95([r["cold_start_s"] for r in members])
             wall, _ = mean_ci95([r["wall_s"] for r in members])
             total, total_ci = mean_ci95([s + r["cold_start_s"] + r["wall_s"]
                                          for s, r in zip(startups, members, strict=True)])
-            color = colors[(mode, preset)]
+            color = colors[(mode, preset, k)]
             ax.bar(i, startup, 0.7, color=lighter(color, 0.8))
             ax.bar(i, cold, 0.7, bottom=startup, color=lighter(color))
             ax.bar(i, wall, 0.7, bottom=startup + cold, color=color, yerr=total_ci, capsize=3)

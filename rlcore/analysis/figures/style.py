@@ -37,6 +37,8 @@ LABEL_OFFSET = {"async": (5, -11), "areal": (5, 5)}  # K labels beside a mode's 
 K_LINESTYLE = ("-", "--", ":", "-.")
 # A mode's second and third preset are drawn in darker and lighter shades of its colour.
 PRESET_SHADE = (0.0, -0.45, 0.45)
+# An arm's second and third K, where each is a bar of its own (`config_colors`)
+K_SHADE = (0.0, 0.45, -0.3)
 
 # Stable SVG ids and no timestamp, so an unchanged figure is an unchanged file.
 plt.rcParams["svg.hashsalt"] = "rlcore"
@@ -126,6 +128,19 @@ def arm_colors(keys: Iterable[Config]) -> dict[tuple[str, str], tuple[float, flo
             out[(mode, preset)] = shade(MODE_COLOR.get(mode, "#777777"),
                                         PRESET_SHADE[i % len(PRESET_SHADE)])
     return out
+
+
+def config_colors(keys: Iterable[Config]) -> dict[tuple[str, str, int], tuple[float, ...]]:
+    """A colour per (mode, preset, K) for bars, where each K is a bar of its own: the arm's
+    colour (`arm_colors`) at its lowest K, lighter at the next and darker at the one after,
+    so that an arm's K = 1 and K = 8 bars never share one colour."""
+    arms = arm_colors(keys)
+    ks: dict[tuple[str, str], list[int]] = {}
+    for mode, preset, k, _ in keys:
+        if k not in ks.setdefault((mode, preset), []):
+            ks[(mode, preset)].append(k)
+    return {(mode, preset, k): shade(arms[(mode, preset)], K_SHADE[i % len(K_SHADE)])
+            for (mode, preset), values in ks.items() for i, k in enumerate(sorted(values))}
 
 
 # ---- data -------------------------------------------------------------------------------
