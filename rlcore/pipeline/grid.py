@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
-from rlcore.config import config_from_dict
+from rlcore.config import ModelConfig, RuntimeConfig, config_from_dict
 from rlcore.config.files import merge, overlay_base
 from rlcore.errors import ConfigError
 from rlcore.record.identity import WALL_CLOCK, RunId
+from rlcore.runners.asynchronous.layout import each_on_its_own
 
 Point = dict[str, Any]  # clock, mode, preset, k, objective, seed (and replayed, for a replay)
 
@@ -106,13 +107,11 @@ def gpus_named(model: dict[str, Any], runtime: dict[str, Any] | None = None) -> 
     (`auto` as on a machine with a GPU for each of R rollout workers and M ranks where R + M
     is above 2, else with two; `cpu` none), as rlcore/runners/asynchronous/layout.py lays
     them out."""
-    rt = runtime or {}
-    workers = rt.get("rollout_workers", 1) + rt.get("trainer_ranks", 1)
+    m, rt = ModelConfig(**model), RuntimeConfig(**(runtime or {}))  # validated already
+    if each_on_its_own(m, rt):
+        return rt.rollout_workers + rt.trainer_ranks
     lists = {"rollout_device": model.get("rollout_devices") or [],
              "trainer_device": model.get("trainer_devices") or []}
-    if not any(lists.values()) and workers > 2 and \
-            model.get("rollout_device", "auto") == model.get("trainer_device", "auto") == "auto":
-        return workers
     devices = set()
     for key, auto in AUTO_GPU.items():
         named = lists[key] or [model.get(key, "auto")]

@@ -19,7 +19,7 @@ from typing import Any
 
 from rlcore.algo.batching import slowest_rank_tokens
 from rlcore.algo.registry import objective
-from rlcore.clock.profile import HardwareProfile, load_profile
+from rlcore.clock.profile import HardwareProfile, LoraView, load_profile
 from rlcore.clock.virtual import VirtualClock
 from rlcore.clock.work import AllReduce, Handle, Prefill, Reward, Update, Work
 from rlcore.config import RunConfig
@@ -218,19 +218,19 @@ def plan(cfg: RunConfig, work: Workload, profile: HardwareProfile | None = None,
             "profile_mismatch": profile_mismatch(cfg, profile),
             **out, "sync_wall_s": sync["wall_s"], "sync_devices": sync_devices,
             "speedup_vs_sync": sync["wall_s"] / out["wall_s"] if out["wall_s"] else 0.0,
-            "memory_gib": device_memory_gib(cfg, work, whole),
+            "memory_gib": device_memory_gib(cfg, work, whole, profile.lora_view),
             "plan_s": time.perf_counter() - t0}
 
 
-def device_memory_gib(cfg: RunConfig, work: Workload, profile: HardwareProfile
-                      ) -> dict[str, float] | None:
+def device_memory_gib(cfg: RunConfig, work: Workload, profile: HardwareProfile,
+                      view: LoraView | None) -> dict[str, float] | None:
     """GiB a rollout worker and a trainer rank each hold on a GPU of their own for the
     profile's model (`rlcore/runners/asynchronous/layout.py::role_bytes`; sync on a device
-    holds both); None where the profile gives no model size or KV cache."""
+    holds both), `view` the profile as a LoRA run sees it; None where the profile gives no
+    model size or KV cache."""
     if profile.model_bytes is None or profile.kv_bytes_per_position is None:
         return None
     params = profile.model_bytes // 4
-    view = profile.under(cfg.train.lora).lora_view
     trainable = params if cfg.train.lora is None else (
         view.adapter_elements if view is not None and view.adapter_elements is not None
         else work.adapter_elements)

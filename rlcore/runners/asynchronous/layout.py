@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from rlcore.config import RunConfig
+from rlcore.config import ModelConfig, RunConfig, RuntimeConfig
 from rlcore.errors import ConfigError
 from rlcore.runners.asynchronous.contexts import rank_name
 
@@ -52,9 +52,7 @@ def resolve_layout(cfg: RunConfig, resolve: Callable[[str, str], torch.device],
     into a device, refusing one that does not exist (`rlcore/policy/device.py`)."""
     m, rt = cfg.model, cfg.runtime
     r, ranks = rt.rollout_workers, rt.trainer_ranks
-    own = (not m.rollout_devices and not m.trainer_devices and m.rollout_device == "auto"
-           and m.trainer_device == "auto" and r + ranks > 2 and gpus > 0 and r + ranks <= gpus)
-    if own:
+    if each_on_its_own(m, rt) and 0 < r + ranks <= gpus:
         rollout = tuple(resolve(f"cuda:{i}", "rollout") for i in range(r))
         trainer = tuple(resolve(f"cuda:{r + i}", "trainer") for i in range(ranks))
     else:
@@ -64,6 +62,13 @@ def resolve_layout(cfg: RunConfig, resolve: Callable[[str, str], torch.device],
             (resolve(m.trainer_device, "trainer"),) * ranks
     check_ranks(trainer)
     return Layout(rollout, trainer, rt.trainer_workers)
+
+
+def each_on_its_own(m: ModelConfig, rt: RuntimeConfig) -> bool:
+    """Whether the config asks for a GPU for each rollout worker and trainer rank (auto
+    devices, no lists, more than the paper's pair), where the machine has enough."""
+    return (not m.rollout_devices and not m.trainer_devices and m.rollout_device == "auto"
+            and m.trainer_device == "auto" and rt.rollout_workers + rt.trainer_ranks > 2)
 
 
 def check_ranks(trainer: Sequence[torch.device]) -> None:
