@@ -20,13 +20,14 @@
 #               against tests/golden/virtual_grid.json: for changes that must not change results
 # make paper-smoke : config/paper.yaml end to end on CPU with a random Qwen2.5-0.5B-size
 #               stand-in, a few updates per mode, then eval: time, memory and weight sync
-#               per mode (a benchmark, ~10 min and ~17 GB of RAM here; not part of make test)
+#               per mode (a benchmark, ~7 min and ~16 GiB of RAM here; not part of make test)
 # make gpu-check : on a machine with a CUDA GPU, tools/gpu_check.py's seven stages in one go:
 #               CUDA's rules and `pytest -m cuda`, the transport and decode probes, LoRA
 #               under fp16 (run, eval, replay), the paper's smoke, a calibrated profile of
 #               the card, live against virtual runs on it, the gpu-smoke pipeline (each
-#               stage 7 min at worst on an H200; docs/setup.md runs them one call each on a
-#               lent machine; results in GPU_OUT)
+#               stage under 7 min at the step limits, a few times an H200's timings; on a
+#               slower card raise a step's with --limit STEP=S: docs/setup.md, "Checking a
+#               GPU"; results in GPU_OUT)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

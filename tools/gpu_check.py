@@ -13,8 +13,9 @@
            of it in a fresh process, and a replay of it (the adapter's base digest checked
            by each; its hand-over's bytes and seconds recorded);
   stage 4  smoke: `rlcore smoke` of config/paper.yaml in every mode, both roles on the GPU;
-  stage 5  calibrate: `rlcore calibrate` of the stand-in (a profile named after the card),
-           beside the card's derived profile term by term;
+  stage 5  calibrate: `rlcore calibrate` of the stand-in on the path `auto` takes there (a
+           profile named after the card), beside the card's derived profile term by term
+           (which prices HF decoding and host copies: two paths side by side);
   stage 6  live against virtual: the paper's preset at K = 2 (AReaL-style) and sync, live
            and under the virtual clock on the card's profile (`rlcore bench --virtual`): the
            one stage 5 wrote on this machine, else config/hardware/<card>-qwen0.5b.yaml;
@@ -35,8 +36,25 @@ measured before. The full logs and run records go into one archive per stage. A 
 table is printed last.
 
 A dry run on a CPU (`--device cpu --size tiny`) goes through every step of a stage in a
-minute or two, so that a GPU call cannot fail on a typo. Run from the repository root:
-`python3 tools/gpu_check.py --stage 1 --wheels .whl --out OUT` (docs/setup.md).
+minute or two, so that a GPU call cannot fail on a typo. On your own GPU machine,
+`make gpu-check` runs all seven stages in one go (docs/setup.md, "Checking a GPU").
+
+On a short-lived machine, lent one command at a time. The stages are sized for a loan of
+at most 7 minutes a command and 15 minutes of device time in all, start-ups included, on a
+machine that stays warm about 30 s after a command:
+  - one stage per command, in order: 1 first (the rest rely on the rules it checks), then 2,
+    3, 4, 5 and 6; expect to reach stage 3 or 4 on one loan; stage 7 needs a loan of its
+    own, and stage 6 without stage 5 on the same machine prices with the card's profile in
+    the tree;
+  - before each command, the device time left must cover the stage's worst case
+    (`--budget`) plus a start-up of about 2 minutes, in case the machine has gone back;
+    give the command a timeout of the worst case plus 20 s, and make the next one at once;
+  - an image with torch but without Snakemake, math-verify and the lock's transformers:
+    `python tools/device_wheels.py` here, once, downloads them with what they need as
+    wheels into .whl (git-ignored, about 44 MB); carry .whl and install it with --wheels,
+    into WORK/site ahead of the image's packages (`python tools/device_wheels.py --check`
+    names any module the stages import that is in neither):
+        python3 tools/gpu_check.py --stage 1 --wheels .whl --out "$OUT"
 """
 
 from __future__ import annotations
@@ -780,7 +798,7 @@ def limit(text: str) -> tuple[str, float]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.RawTextHelpFormatter,
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter,
         epilog="stages, each one device command, worst case on a bare machine:\n"
                + budget_table())
     p.add_argument("--out", type=Path, help="results folder ($OUT)")
