@@ -91,3 +91,35 @@ def test_a_sharded_checkpoint_names_its_missing_shard(tiny_model_dir: Path, tmp_
 def test_no_directory_at_all(tmp_path: Path):
     with pytest.raises(ConfigError, match="there is no directory there"):
         check_model_dir(tmp_path / "absent")
+
+
+def test_the_missing_model_message_builds_the_base_of_the_config_run(tmp_path: Path, capsys):
+    """The command it gives warm-starts the tiny model on the task this file (and these
+    `--set`s) train on, not on the defaults'."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(small_config(tmp_path / "models" / "tiny")))
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out), "--set", "task.suite=chain"]) == 2
+    err = capsys.readouterr().err
+    assert (f"`rlcore build-base {tmp_path / 'models' / 'tiny'} --config {config} "
+            "--set task.suite=chain`") in err
+    assert not out.exists()
+
+
+def test_a_base_warm_started_on_another_task_is_named_before_the_run(
+        tiny_model_dir: Path, tmp_path: Path, capsys):
+    data = small_config(tiny_model_dir)
+    built = json.loads((tiny_model_dir / "rlcore_base.json").read_text())["task"]
+    other = "chain" if built["suite"] != "chain" else "arith"
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(data))
+    # --eval without a saved policy stops the run after its checks: only the warning is read
+    args = ["run", str(config), "--out", str(tmp_path / "out"), "--eval",
+            "--set", "runtime.save_policy=false"]
+    assert main(args) == 2
+    assert "warm-started on another task" not in capsys.readouterr().err
+    assert main([*args, "--set", f"task.suite={other}"]) == 2
+    err = capsys.readouterr().err
+    assert f"task.suite {built['suite']!r} (this config: {other!r})" in err
+    assert (f"--config {config} --set runtime.save_policy=false --set task.suite={other} "
+            "--force") in err

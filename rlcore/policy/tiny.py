@@ -25,13 +25,13 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from rlcore.config import BaseModelConfig, RunConfig
 from rlcore.kernels import pin
+from rlcore.policy.model_dir import BUILD_INFO
 from rlcore.tasks.chain import is_chain, slip
 from rlcore.tasks.suites import Task, load_suite
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 # Printable ASCII and newline: enough for arithmetic, word problems and small code tasks.
 CHARS = sorted(set(string.printable) - set("\t\r\x0b\x0c"))
-BUILD_INFO = "rlcore_base.json"  # written last: its presence means the directory is complete
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
