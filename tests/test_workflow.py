@@ -268,6 +268,23 @@ def test_second_invocation_has_nothing_to_do(pipeline: Path):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
+def test_a_study_in_its_own_results_directory_shares_the_base_model(pipeline: Path):
+    """A study overlay with its own `results:` and the same base settings (config/resolve.yaml
+    beside the default grid) builds no base of its own: running it and coming back reruns
+    nothing of the first grid, and the reverse."""
+    study = small_pipeline_config() | {"results": "results/study"}
+    write_config(pipeline, study)
+    try:
+        planned = planned_jobs(snakemake(pipeline, "-n"))
+        assert planned.get("run") and not {"base_config", "base_model"} & set(planned)
+        result = snakemake(pipeline, "--until", "base_model")
+        assert result.returncode == 0, result.stderr[-3000:]
+    finally:
+        write_config(pipeline, small_pipeline_config())
+    result = snakemake(pipeline, "-n")
+    assert "Nothing to be done" in result.stdout + result.stderr, planned_jobs(result)
+
+
 def plan_after_edit(workdir: Path, edit: Callable[[dict], None]) -> dict[str, int]:
     """The jobs a dry run plans after `edit` is applied to the config (then restored)."""
     data = small_pipeline_config()

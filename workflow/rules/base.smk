@@ -1,6 +1,8 @@
+# The settings sit beside the model, not in a results directory: grids that share a model
+# path (a study overlay and the default grid) share one base, rebuilt only when they differ.
 rule base_config:
     output:
-        f"{R}/configs/base.json",
+        base_config_path(),
     log:
         f"{R}/logs/configs/base.log",
     conda:
@@ -13,7 +15,7 @@ rule base_config:
 
 rule base_model:
     input:
-        config=f"{R}/configs/base.json",
+        config=base_config_path(),
     output:
         directory(model_path()),
     log:

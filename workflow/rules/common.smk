@@ -140,6 +140,11 @@ def model_path():
     return config["run"]["model"]["path"]
 
 
+def base_config_path():
+    """The settings the base model is built from, beside it (models/tiny.settings.json)."""
+    return f"{os.path.normpath(model_path())}.settings.json"
+
+
 def base_input(wildcards):
     """The base model directory when the pipeline builds it (the embedded tiny model)."""
     return [model_path()] if config["build_base"] is not False else []
