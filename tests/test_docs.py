@@ -184,6 +184,23 @@ def test_the_results_page_shows_the_golden_emulated_runs():
         "`python tools/results_page.py results`")
 
 
+def test_the_results_pages_replay_table_says_what_its_runs_are():
+    """The replays table's heads are what rlcore/analysis/paired.py writes for its rows' clocks
+    (emulated runs on a virtual clock, live runs on this machine's)."""
+    from rlcore.analysis.paired import paired_markdown
+
+    page = (ROOT / "docs" / "results.md").read_text()
+    found = re.search(r"^\| clock \| mode \| preset \| K \| schedule of \|.*?\n\n", page,
+                      re.M | re.S)
+    assert found, "docs/results.md has no replays table"
+    head, rule, *rows = found.group(0).splitlines()[:-1]
+    row = {"clock": "", "mode": "", "preset": "", "staleness_k": 0, "live_objective": "",
+           "objective": "", "replay/mean": 0.0, "replay/ci95": 0.0, "pairs": 0,
+           "paired_diff/mean": 0.0, "paired_diff/ci95": 0.0, "unpaired_runs": "same runs"}
+    table = [{**row, "clock": r.split("|")[1].strip()} for r in rows]
+    assert table and paired_markdown(table).splitlines()[:2] == [head, rule]
+
+
 def test_the_fingerprint_is_of_names_and_weights_together():
     fp = results_page().fingerprint
     assert fp({"a": "sha256:1", "b": "sha256:2"}) == fp({"b": "sha256:2", "a": "sha256:1"})

@@ -1,11 +1,11 @@
-"""Objectives compared on shared schedules: counterfactual replays against their live run.
+"""Objectives compared on shared schedules: counterfactual replays against the runs they replay.
 
-A replay (docs/replay.md) trains objective o on the schedule of a live run of objective b,
-with the same seed. Per seed, the difference in held-out pass rate, replay(o) - live(b), has
-no timing noise in it: both saw the same staleness pattern. Its mean and 95 % t interval
-over seeds are the *paired* comparison; beside it, the *unpaired* one compares independent
-live runs of o and b at the same (mode, preset, K), Welch's interval, where timing differs
-between every pair of runs.
+A replay (docs/replay.md) trains objective o on the schedule of a run of objective b, with
+the same seed. Per seed, the difference in held-out pass rate, replay(o) - run(b), has no
+timing noise in it: both saw the same staleness pattern. Its mean and 95 % t interval over
+seeds are the *paired* comparison; beside it, the *unpaired* one compares independent runs
+of o and b at the same (clock, mode, preset, K), Welch's interval, where the schedule
+differs between every pair of runs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rlcore.analysis.tables import mean_ci95, row_order, t975
+from rlcore.record.identity import WALL_CLOCK
 
 PAIR_KEY = ("clock", "mode", "preset", "staleness_k", "live_objective", "objective")
 
@@ -88,11 +89,19 @@ def unpaired(row: dict[str, Any]) -> str:
     return _cell(row["unpaired_diff/mean"], row["unpaired_diff/ci95"], True)
 
 
+def runs_kind(table: Sequence[dict[str, Any]]) -> str:
+    """What the replayed runs are, by their clock: live (this machine's), emulated (a
+    virtual clock's), or both kinds."""
+    kinds = {"live runs" if r["clock"] == WALL_CLOCK else "emulated runs" for r in table}
+    return kinds.pop() if len(kinds) == 1 else "runs"
+
+
 def paired_markdown(table: Sequence[dict[str, Any]]) -> str:
     """The paired table as Markdown: the paired and unpaired half-widths side by side."""
+    runs = runs_kind(table)
     head = ("| clock | mode | preset | K | schedule of | objective | replay held-out pass | "
-            "paired diff (same schedules) | unpaired diff (independent live runs) | "
-            "seeds | live runs |")
+            f"paired diff (same schedules) | unpaired diff (independent {runs}) | "
+            f"seeds | {runs} |")
     lines = [head, "|" + "---|" * 11]
     for r in table:
         lines.append(
