@@ -18,6 +18,9 @@ packages, not lists of modules, so a new or moved module is counted without an e
   plan      the runtime part and `rlcore/plan/`: the planner's predictions, whose roles'
             twins use the runtime's scheduler, admission and rules;
   analysis  `rlcore/analysis/`: the tables and figures, with the rule's own script.
+An installed plugin (docs/extending.md) is outside `rlcore/`: the runs and the base model
+whose config names one of its objectives or suites add the digest of its top-level package
+(`plugin_digest`), so an edit of it reruns those and nothing else.
 What analysis imports from below it (`algo/`, `record/`, `config/`) is runtime code, whose
 edits rerun the runs that every table and figure takes as input. `tests/test_code_digest.py`
 checks that each rule's imports stay within these parts.
@@ -26,6 +29,7 @@ checks that each rule's imports stay within these parts.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -82,3 +86,25 @@ def digest(root: Path, paths: Iterable[Path]) -> str:
         h.update(b"\0")
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def package_files(module: str) -> tuple[Path, list[Path]]:
+    """(the directory it sits in, its files) for the installed top-level package or module
+    that `module` belongs to, found without importing it."""
+    top = module.partition(".")[0]
+    spec = importlib.util.find_spec(top)
+    if spec is None:
+        raise ModuleNotFoundError(f"no installed module {top!r} (named by {module!r})")
+    if spec.submodule_search_locations:
+        where = Path(next(iter(spec.submodule_search_locations)))
+        return where.parent, _package_files(where)
+    if spec.origin is None:
+        raise ModuleNotFoundError(f"module {top!r} has no file to digest")
+    return Path(spec.origin).parent, [Path(spec.origin)]
+
+
+def plugin_digest(modules: Iterable[str]) -> str:
+    """'package:digest' of each top-level package the plugin `modules` belong to, joined by
+    '+' (paths relative to where each is installed); '' for none."""
+    tops = sorted({m.partition(".")[0] for m in modules})
+    return "+".join(f"{t}:{digest(*package_files(t))}" for t in tops)

@@ -47,6 +47,7 @@ class Registry(Generic[E]):
         self._entries: dict[str, E] = {}
         self._built_in: frozenset[str] = frozenset()
         self._plugins_loaded = False
+        self._origin: dict[str, str] = {}  # a plugin entry's name -> its entry point's module
 
     def register(self, entry: E) -> E:
         """Add an entry under its name (a name another entry holds is refused)."""
@@ -75,7 +76,9 @@ class Registry(Generic[E]):
         if not self._plugins_loaded:
             self._plugins_loaded = True
             for ep in entry_points(group=self.group):
+                before = set(self._entries)
                 ep.load()
+                self._origin.update(dict.fromkeys(set(self._entries) - before, ep.module))
 
     def names(self) -> tuple[str, ...]:
         """Every registered name, the built-in ones first."""
@@ -91,6 +94,12 @@ class Registry(Generic[E]):
             raise ConfigError(f"{self.setting} {name!r} is not a registered {self.kind}; "
                               f"registered: {', '.join(self._entries)} "
                               "(docs/extending.md)") from None
+
+    def origin(self, name: str) -> str | None:
+        """The module whose entry point registered `name` (a plugin's); None for a built-in
+        entry or one registered by hand."""
+        self._load_plugins()
+        return self._origin.get(name)
 
     def described(self) -> str:
         """`name: help` of every entry, for the config reference."""

@@ -19,6 +19,7 @@ from rlcore.tasks import registry as suites
 from rlcore.tasks.registry import Suite
 from rlcore.tasks.suites import Task, load_suite
 from tests.conftest import small_config
+from tests.toy_plugin import PLUGIN, install_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS: list[float] = []
@@ -178,33 +179,6 @@ def test_a_sync_run_trains_on_a_dataset_of_its_own(tiny_model_dir: Path, tmp_pat
     assert trained and trained <= {f"t{n}" for n in range(20, 60)}
 
 
-# docs/extending.md's plugin: a distribution of its own whose `rlcore.objectives` entry point
-# names the module that registers the objective, so that every process registers it.
-PLUGIN = '''"""A plugin's objective: a third of the plain policy gradient."""
-from rlcore.algo.objectives import pg
-from rlcore.algo.registry import Objective, register
-
-
-def third_pg(x, k):
-    loss, stats = pg(x, k)
-    return loss / 3, stats
-
-
-register(Objective("third_pg", "a third of pg (a plugin)", "rlcore_toy_plugin:third_pg"))
-'''
-
-
-def install_plugin(site: Path) -> None:
-    """What `pip install` of a package with the entry point leaves in site-packages."""
-    (site / "rlcore_toy_plugin.py").write_text(PLUGIN)
-    info = site / "rlcore_toy_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlcore-toy-plugin\n"
-                                   "Version: 0.1\n")
-    (info / "entry_points.txt").write_text("[rlcore.objectives]\n"
-                                           "third_pg = rlcore_toy_plugin\n")
-
-
 def test_an_objective_in_an_installed_plugin_is_registered_in_every_process(tmp_path: Path):
     """A fresh process (a pipeline job) that reads a config naming the plugin's objective
     registers it from the entry point, with no import of the plugin by hand."""
@@ -230,3 +204,29 @@ def test_a_plugin_module_without_its_entry_point_is_not_registered(tmp_path: Pat
                           env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"},
                           cwd=tmp_path, timeout=120)
     assert done.returncode != 0 and "train.objective" in done.stderr, done.stderr
+
+
+def test_a_plugins_code_is_digested_for_the_jobs_that_use_it(tmp_path: Path):
+    """The code parameter of a job that names the plugin's objective changes with the
+    plugin's file; a job of built-ins adds nothing (its digest is the runtime part's); a warm
+    launcher server, which may have imported the plugin, is not reused after the edit."""
+    install_plugin(tmp_path)
+    code = ("from rlcore.pipeline.grid import plugin_code\n"
+            "from rlcore.launcher.protocol import server_key\n"
+            "print(repr(plugin_code(['pg'], 'arith')), plugin_code(['third_pg'], 'arith'),"
+            " plugin_code(['pg', 'third_pg'], 'arith'), server_key({}))\n")
+
+    def digests() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"},
+                              cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    builtin, plugin, replayed, server = digests()
+    assert builtin == "''" and plugin.startswith("rlcore_toy_plugin:") and replayed == plugin
+    assert digests() == [builtin, plugin, replayed, server]  # the same files, the same digest
+    with (tmp_path / "rlcore_toy_plugin.py").open("a") as f:
+        f.write("# an edit\n")
+    edited = digests()
+    assert edited[0] == builtin and edited[1] not in ("", plugin) and edited[3] != server

@@ -26,6 +26,7 @@ from rlcore.policy.stand_in import build_stand_in
 from rlcore.record.identity import RunId
 from tests.conftest import small_pipeline_config
 from tests.snakemake_run import BIN, ENV, PROFILE, ROOT, snakemake, snakemake_cmd, write_config
+from tests.toy_plugin import install_plugin
 
 # Every test here starts Snakemake at least once (seconds each): the slow tier.
 pytestmark = pytest.mark.slow
@@ -283,6 +284,37 @@ def test_a_study_in_its_own_results_directory_shares_the_base_model(pipeline: Pa
         write_config(pipeline, small_pipeline_config())
     result = snakemake(pipeline, "-n")
     assert "Nothing to be done" in result.stdout + result.stderr, planned_jobs(result)
+
+
+def test_editing_an_installed_plugin_reruns_only_the_runs_that_use_it(pipeline: Path,
+                                                                      tmp_path: Path):
+    """A run of the plugin's objective beside the grid's: an edit of the plugin's module
+    reruns that run and what reads it, not the base, the built-in runs or their replays."""
+    install_plugin(tmp_path)
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), *filter(None, [ENV.get("PYTHONPATH")])])}
+    data = small_pipeline_config()
+    data["launcher"] = "cold"  # a warm server started by another test lacks the plugin
+    data["grid"]["blocks"].append(
+        {"modes": ["sync"], "presets": ["none"], "ks": [0], "objectives": ["third_pg"]})
+
+    def smk(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(snakemake_cmd(pipeline, *args), capture_output=True, text=True,
+                              env=env, timeout=600)
+
+    write_config(pipeline, data)
+    try:
+        done = smk("--until", "run")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert planned_jobs(smk("-n", "--until", "run")) == {}
+        with (tmp_path / "rlcore_toy_plugin.py").open("a") as f:
+            f.write("# an edit\n")
+        planned = smk("-n", "--until", "run")
+        assert planned_jobs(planned) == {"run": 1}, planned.stdout[-3000:]
+        assert [j["wildcards"] for j in planned_job_blocks(planned) if j["rule"] == "run"
+                ] == ["clock=wall, mode=sync, preset=none, k=0, objective=third_pg, seed=0"]
+    finally:
+        write_config(pipeline, small_pipeline_config())
 
 
 def plan_after_edit(workdir: Path, edit: Callable[[dict], None]) -> dict[str, int]:

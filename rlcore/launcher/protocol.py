@@ -26,11 +26,14 @@ import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import rlcore
-from rlcore.code_digest import digest, launcher_files
+from rlcore.algo.registry import OBJECTIVES
+from rlcore.code_digest import digest, launcher_files, plugin_digest
+from rlcore.tasks.registry import SUITES
 
 # The environment variables the launcher reads.
 MODE_VAR = "RLCORE_LAUNCHER"  # warm (the default) | cold
@@ -64,11 +67,14 @@ def source_root() -> Path:
 
 def server_key(env: Mapping[str, str]) -> str:
     """What a server must share with a client to run its command as the client would: the
-    code (the runtime part and the launcher), the interpreter and its start-up variables."""
+    code (the runtime part, the launcher and every installed plugin, which a job may import
+    in the server's process), the interpreter and its start-up variables."""
     root = source_root()
+    plugins = plugin_digest(ep.module for registry in (OBJECTIVES, SUITES)
+                            for ep in entry_points(group=registry.group))
     h = hashlib.sha256()
-    for part in (digest(root, launcher_files(root)), str(root), sys.executable, sys.version,
-                 repr(sys.flags)):
+    for part in (digest(root, launcher_files(root)), plugins, str(root), sys.executable,
+                 sys.version, repr(sys.flags)):
         h.update(part.encode() + b"\0")
     for name in sorted(env):
         if name.startswith(STARTUP_VARS):

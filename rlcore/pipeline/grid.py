@@ -16,11 +16,14 @@ from typing import Any
 
 import yaml
 
+from rlcore.algo.registry import OBJECTIVES
+from rlcore.code_digest import plugin_digest
 from rlcore.config import ModelConfig, RuntimeConfig, config_from_dict
 from rlcore.config.files import merge, overlay_base
 from rlcore.errors import ConfigError
 from rlcore.record.identity import WALL_CLOCK, RunId
 from rlcore.runners.asynchronous.layout import each_on_its_own
+from rlcore.tasks.registry import SUITES
 
 Point = dict[str, Any]  # clock, mode, preset, k, objective, seed (and replayed, for a replay)
 
@@ -94,6 +97,15 @@ def run_settings(config: dict[str, Any], point: Point) -> dict[str, Any]:
         "staleness": {"staleness_k": int(point["k"])},
         "train": {"objective": point["objective"]}, "runtime": runtime})
     return config_from_dict(settings).to_dict()
+
+
+def plugin_code(objectives: Sequence[str], suite: str | None) -> str:
+    """The digest of the installed plugins that registered these objectives and suite (what
+    a job of them imports); '' for built-ins. A job's code parameter adds it, so that
+    editing a plugin reruns what uses it."""
+    origins = [OBJECTIVES.origin(o) for o in objectives]
+    origins.append(SUITES.origin(suite) if suite is not None else None)
+    return plugin_digest(o for o in origins if o is not None)
 
 
 # Where `auto` puts each role when GPUs are present (rlcore/policy/device.py::resolve_device):

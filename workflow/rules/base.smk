@@ -24,6 +24,6 @@ rule base_model:
         "../envs/rlcore.yaml"
     threads: config["run"]["base"]["threads"]
     params:
-        code=BASE_CODE,
+        code=base_code(),
     shell:
         base_command()

@@ -28,6 +28,7 @@ from rlcore.pipeline.grid import (
     clock_name,
     gpus_named,
     grid_points,
+    plugin_code,
     replay_points,
     run_settings,
 )
@@ -84,6 +85,27 @@ SOURCES = Path(workflow.basedir)
 BASE_CODE = digest(SOURCES, base_files(SOURCES))
 RUNTIME_CODE = digest(SOURCES, runtime_files(SOURCES))
 PLAN_CODE = digest(SOURCES, plan_files(SOURCES))
+
+
+def with_plugins(code, plugins):
+    """A part's digest, and the plugins' where a job imports any (built-ins add nothing)."""
+    return f"{code}+{plugins}" if plugins else code
+
+
+def job_code(wildcards):
+    """A run's, replay's or base eval's code: the runtime part and the plugins it imports."""
+    settings = point_settings(wildcards)
+    objectives = [settings["train"]["objective"]]
+    if "replayed" in wildcards.keys():
+        objectives.append(wildcards.replayed)
+    return with_plugins(
+        RUNTIME_CODE, plugin_code(objectives, settings["task"]["suite"])
+    )
+
+
+def base_code():
+    """The base model's code: the base part and a plugin suite's package."""
+    return with_plugins(BASE_CODE, plugin_code([], config["run"]["task"]["suite"]))
 
 
 def analysis_code(script):

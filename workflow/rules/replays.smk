@@ -22,7 +22,7 @@ rule replay:
     params:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
-        code=RUNTIME_CODE,
+        code=job_code,
     # started as a run is (rules/runs.smk)
     shell:
         "exec python -m rlcore.launcher replay {params.run_dir} --out {params.out_dir} "

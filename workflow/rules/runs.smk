@@ -15,7 +15,7 @@ rule run_config:
 rule run:
     # Trains, then scores the final policy on the held-out split (`--eval`, eval.json) in the
     # same process on the same GPUs: torch and the run's device are already set up, and the
-    # Snakemake process itself never imports torch. RUNTIME_CODE covers both steps.
+    # Snakemake process itself never imports torch. job_code covers both steps.
     input:
         config=f"{R}/configs/{FILE_PATTERN}.json",
         base=base_input,
@@ -33,7 +33,7 @@ rule run:
         gpu=job_gpus,
     params:
         run_dir=lambda wildcards, output: os.path.dirname(output.summary),
-        code=RUNTIME_CODE,
+        code=job_code,
     # `python -m rlcore.launcher run` is `rlcore run`, forked from a server that has imported
     # torch already (docs/launcher.md; `launcher: cold` in the config for a fresh process).
     # exec: the launcher's client replaces the shell and becomes Snakemake's own child, so
@@ -59,6 +59,6 @@ rule base_eval:
         gpu=1,
     params:
         run_dir=lambda wildcards, input: os.path.dirname(input.run),
-        code=RUNTIME_CODE,
+        code=job_code,
     shell:
         "exec python -m rlcore.launcher eval --weights base {params.run_dir} > {log} 2>&1"
