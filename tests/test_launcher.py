@@ -223,6 +223,22 @@ class TestResults:
         assert 0.0 < startup < elapsed
 
     @pytest.mark.slow
+    def test_the_job_that_starts_the_server_leaves_its_start_out_of_startup(
+            self, tree: Tree, tmp_path: Path, tiny_model_dir: Path):
+        """The server's start is the grid's, once: the first job of a grid would otherwise
+        report seconds of start-up that no other job has."""
+        tree.stop()
+        config = write_config(tmp_path / "c.yaml", tiny_model_dir)
+        run = tree.warm("run", str(config), "--out", str(tmp_path / "run"))
+        assert run.returncode == 0, run.stderr
+        waited = re.search(r"waited ([0-9.]+) s for a warm server to start", run.stderr)
+        assert waited is not None, run.stderr
+        startup = json.loads((tmp_path / "run" / "summary.json").read_text())["time"][
+            "startup_s"]
+        # importing torch and the runners takes the server seconds; a forked job, a fraction
+        assert 0.0 < startup < float(waited.group(1))
+
+    @pytest.mark.slow
     def test_a_warm_areal_run_replays_bit_for_bit(self, tree: Tree, tmp_path: Path,
                                                   tiny_model_dir: Path):
         """The AReaL-style workers, forked from a fork server forked from the job: their
