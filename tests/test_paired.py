@@ -53,6 +53,9 @@ def test_paired_table_by_hand():
     assert d["unpaired_diff/mean"] == pytest.approx(diff) and d["unpaired_diff/ci95"] == half
     assert d["unpaired_runs"] == "3+3"
     assert d["paired_diff/ci95"] < d["unpaired_diff/ci95"]
+    # the runs replayed, the differences' baseline: live pg, mean 0.616667, sd 0.125831
+    assert d["live/mean"] == pytest.approx(1.85 / 3)
+    assert d["live/ci95"] == pytest.approx(4.303 * 0.1258306 / math.sqrt(3), rel=1e-5)
     # the identity: pg replayed on pg's own schedules differs by exactly 0
     assert by["pg"]["paired_diff/mean"] == 0.0 and by["pg"]["paired_diff/ci95"] == 0.0
     # ... and its unpaired cell would compare the live pg runs with themselves: left empty

@@ -66,6 +66,8 @@ def paired_table(live: Iterable[dict[str, Any]], replays: Iterable[dict[str, Any
                     if (c, m, p, kk, o) == (clock, mode, preset, k, obj)]
 
         own, other = arm(objective), arm(base)
+        # the replayed runs themselves: what the paired differences are taken against
+        row["live/mean"], row["live/ci95"] = mean_ci95(other)
         if objective == base:  # the same live runs on both sides: nothing to compare
             row["unpaired_diff/mean"], row["unpaired_diff/ci95"] = math.nan, math.nan
             row["unpaired_runs"] = "same runs"

@@ -202,6 +202,16 @@ def draw_quality_vs_k_replayed(table: Sequence[dict], png: str | Path, svg: str 
                         yerr=[r["replay/ci95"] for r in cells], marker="o", capsize=3,
                         color=objective_color(objective), label=label,
                         linestyle=("-", "--", ":")[j % 3])
+    for j, arm in enumerate(arms):  # the runs replayed: the differences' baseline
+        cells = sorted({r["staleness_k"]: r for r in table
+                        if (r["clock"], r["mode"], r["preset"], r["live_objective"]) == arm
+                        }.values(), key=lambda r: r["staleness_k"])
+        ax.errorbar([r["staleness_k"] for r in cells], [r["live/mean"] for r in cells],
+                    yerr=[r["live/ci95"] for r in cells], marker="s", capsize=3,
+                    color="black", linestyle=("-", "--", ":")[j % 3],
+                    label=f"{arm[3]}: the runs replayed (the baseline)" if len(arms) == 1
+                    else f"{arm[3]} ({arm[0]}, {MODE_LABEL.get(arm[1], arm[1])}, {arm[2]}): "
+                    "the runs replayed")
     ax.set_xticks(ks)
     base = ", ".join(sorted({a[3] for a in arms}))
     ax.set_xlabel(f"staleness bound K (each objective replayed on the {base} runs' schedules)")
