@@ -338,10 +338,12 @@ def test_the_front_page_says_what_each_virtual_clock_priced_and_what_learned():
     rows = [{"clock": "v100"}, {"clock": "wall"}]
     priced = {"v100": {"machine": "2x V100, Qwen", "weight_transport": "host",
                        "decode_path": "hf"}}
-    text = conditions_text(rows, priced, "models/tiny")
-    assert text.startswith("On the emulated v100 the model that learned is models/tiny, its "
-                           "seconds priced as on 2x V100, Qwen; it prices weights copied "
-                           "through pageable host memory and Hugging Face's eager decoding")
+    text = conditions_text(rows, priced, "models/tiny", 129792)
+    assert text.startswith("On the emulated v100 the model that learned is models/tiny "
+                           "(129,792 parameters), its seconds priced as on 2x V100, Qwen: a "
+                           "hybrid of the one's learning and the other's time; it prices "
+                           "weights copied through pageable host memory and Hugging Face's "
+                           "eager decoding")
     assert conditions_text([{"clock": "wall"}], priced, "models/tiny") == ""
 
 
@@ -430,3 +432,53 @@ def test_no_shared_seed_or_no_digest_is_not_the_same_weights():
     assert not same_weights(claim, unrecorded)
     one_arm = claim_from_config({**SPEC, "contrast": {"v100/areal/areal_defaults/k2/pg": 1}})
     assert not same_weights(one_arm, apart)  # a quantity against zero compares no runs
+
+
+def _priced(mode, preset, k, seed, seconds, transport_share, decode_share):
+    """A virtual run priced with host copies (where its config would copy GPU to GPU, in
+    all but sync, which copies none) and eager decoding (where it would capture steps)."""
+    copies = mode != "sync"
+    return {**_row(mode, preset, k, seed, None), "wall_s": seconds,
+            "priced_weight_transport": "host" if copies else None,
+            "config_weight_transport": "device" if copies else None,
+            "weight_transport_share": transport_share,
+            "priced_decode_path": "hf", "config_decode_path": "graph",
+            "decode_path_share": decode_share}
+
+
+def test_a_virtual_time_verdict_names_the_paths_its_profile_priced_and_their_share():
+    from rlcore.analysis.claims_text import priced_condition
+
+    spec = {**SPEC, "id": "C3", "metric": "wall_s", "expect": "positive",
+            "contrast": {"v100/areal/areal_defaults/k2/pg": 1, "v100/sync/none/k0/pg": -1}}
+    rows = [_priced("areal", "areal_defaults", 2, s, 200.0 + s, share, 0.70)
+            for s, share in enumerate([0.40, 0.38])]
+    rows += [_priced("sync", "none", 0, s, 180.0 + s, 0.0, 0.50) for s in range(2)]
+    (row,) = claims_table([claim_from_config(spec)], rows, budget_min=20, sesoi=SECONDS)
+    assert (row["priced_weight_transport"], row["config_weight_transport"]) == ("host", "device")
+    # the largest arm's mean share: AReaL-style's (0.40 + 0.38) / 2 and 0.70 against sync's 0.50
+    assert row["weight_transport_share"] == pytest.approx(0.39)
+    assert row["decode_path_share"] == pytest.approx(0.70)
+    assert priced_condition(row) == (
+        ", as priced on paths its config would not take on those GPUs: weights copied "
+        "through pageable host memory (up to 39% of a run's seconds; its config: through "
+        "GPU memory shared by CUDA IPC) and Hugging Face's eager decoding (up to 70% of a "
+        "run's seconds; its config: decode steps captured as CUDA graphs)")
+    assert priced_condition(row) in claims_findings([row])
+    # what the weights score is not the clock's price; and a wall-clock row prices nothing
+    assert priced_condition({**row, "metric": "heldout_pass_rate"}) == ""
+    assert priced_condition({**row, "clock": "wall"}) == ""
+    # runs whose config takes the priced paths carry no condition
+    agreed = [{**r, "priced_weight_transport": None, "priced_decode_path": None} for r in rows]
+    (row,) = claims_table([claim_from_config(spec)], agreed, budget_min=20, sesoi=SECONDS)
+    assert row["priced_weight_transport"] is None and priced_condition(row) == ""
+
+
+def test_a_model_directorys_parameters_are_read_from_its_safetensors(tiny_model_dir):
+    import json
+
+    from rlcore.analysis.tables import model_parameters
+
+    built = json.loads((tiny_model_dir / "rlcore_base.json").read_text())["params"]
+    assert model_parameters(tiny_model_dir) == built
+    assert model_parameters(tiny_model_dir / "absent") is None

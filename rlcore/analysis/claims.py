@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlcore.analysis.tables import t95, t975
+from rlcore.analysis.tables import PRICED_TERMS, t95, t975
 from rlcore.record.identity import WALL_CLOCK, parse_arm
 
 SUPPORTED, CONTRADICTED, UNRESOLVED = "supported", "contradicted", "unresolved at this power"
@@ -370,7 +370,28 @@ def evaluate(claim: Claim, rows: Sequence[Mapping[str, Any]], spare_min: float,
         "same_weights": same_weights(claim, rows),
         "cause": claim.cause,
         "cause_per_run": cause_per_run(counts),
+        **priced_for(claim, rows),
     }
+
+
+def priced_for(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each PRICED_TERMS term the claim's runs were priced on where their config would take
+    another path: `priced_<term>` and `config_<term>` (joined by '/' where runs differ;
+    None where none was), and `<term>_share`, the largest share of a run's seconds it was
+    charged, as a mean over each arm's seeds."""
+    keys = {a.key() for a in claim.arms}
+    mine = [r for r in rows if row_key(r) in keys]
+    out: dict[str, Any] = {}
+    for term in PRICED_TERMS:
+        hit = [r for r in mine if r.get(f"priced_{term}")]
+        for side in ("priced", "config"):
+            out[f"{side}_{term}"] = "/".join(sorted({str(r[f"{side}_{term}"]) for r in hit})
+                                             ) or None
+        shares = [statistics.mean(v) for a in claim.arms
+                  if (v := [float(r[f"{term}_share"]) for r in hit
+                            if row_key(r) == a.key() and r.get(f"{term}_share") is not None])]
+        out[f"{term}_share"] = max(shares) if shares else None
+    return out
 
 
 def cause_counts(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> dict[str, float] | None:

@@ -15,6 +15,7 @@ from rlcore.analysis.claims import (
     UNRESOLVED,
     blocked_widths,
 )
+from rlcore.analysis.tables import CLOCK_METRICS
 from rlcore.record.identity import WALL_CLOCK
 
 # What a row whose arms' runs end in the same weights says (`claims.py::same_weights`).
@@ -124,12 +125,40 @@ DECODE_WORDS = {"hf": "Hugging Face's eager decoding", "static": "the static dec
                 "graph": "decode steps captured as CUDA graphs"}
 
 
+# How a priced path and the one its config would take read, by profile_mismatch term
+PATH_WORDS = {"weight_transport": ("weights copied through {}", "through {}", TRANSPORT_WORDS),
+              "decode_path": ("{}", "{}", DECODE_WORDS)}
+
+
+def priced_condition(row: Mapping[str, Any]) -> str:
+    """', as priced on paths ...': what a virtual row's time metric rests on where its runs'
+    profile priced a path their config would not take (`claims.py::priced_for`), with the
+    largest share of a run's seconds the clock charged to it; '' otherwise."""
+    if row["clock"] == WALL_CLOCK or row.get("metric") not in CLOCK_METRICS:
+        return ""
+    parts = []
+    for term, (priced_as, config_as, words) in PATH_WORDS.items():
+        priced, config = row.get(f"priced_{term}"), row.get(f"config_{term}")
+        if not priced:
+            continue
+        share = row.get(f"{term}_share")
+        size = f"up to {share:.0%} of a run's seconds; " if share is not None else ""
+        parts.append(f"{priced_as.format(words.get(priced, priced))} ({size}its config: "
+                     f"{config_as.format(words.get(str(config), config))})")
+    if not parts:
+        return ""
+    return ", as priced on paths its config would not take on those GPUs: " + " and ".join(parts)
+
+
 def conditions_text(table: Sequence[Mapping[str, Any]],
-                    priced: Mapping[str, Mapping[str, str | None]], model: str) -> str:
-    """A sentence per virtual clock of the table: the model that learned, and the machine,
-    weight transport and decode path its profile priced (`priced`: clock -> the profile's
-    `machine`, `weight_transport`, `decode_path`); '' without virtual rows."""
+                    priced: Mapping[str, Mapping[str, str | None]], model: str,
+                    parameters: int | None = None) -> str:
+    """A sentence per virtual clock of the table: the model that learned (and its
+    `parameters`), and the machine, weight transport and decode path its profile priced
+    (`priced`: clock -> the profile's `machine`, `weight_transport`, `decode_path`): a
+    hybrid of the one's learning and the other's time; '' without virtual rows."""
     clocks = sorted({r["clock"] for r in table if r["clock"] != WALL_CLOCK} & set(priced))
+    size = f" ({parameters:,} parameters)" if parameters else ""
     out = []
     for clock in clocks:
         p = priced[clock]
@@ -140,8 +169,9 @@ def conditions_text(table: Sequence[Mapping[str, Any]],
         how = (f"; it prices {paths}, paths a run of this config on those GPUs may not take "
                "(each run's profile_mismatch says)") if paths else ""
         out.append(f"On the emulated {_plain(clock)} the model that learned is "
-                   f"{_plain(model)}, its seconds priced as on {_plain(str(p['machine']))}"
-                   f"{_plain(how)}.")
+                   f"{_plain(model)}{size}, its seconds priced as on "
+                   f"{_plain(str(p['machine']))}: a hybrid of the one's learning and the "
+                   f"other's time{_plain(how)}.")
     return "".join(f"{line}\n\n" for line in out)
 
 
@@ -158,7 +188,8 @@ def claims_findings(table: Sequence[Mapping[str, Any]]) -> str:
         # arms that end in the same weights check the method: they could not differ
         into = checks if r.get("same_weights") else found
         into.setdefault((r["claim"], r["statement"], r["source"]), []).append(
-            f"**{_plain(verdict_words(r, same=False))}** on {_plain(on)}")
+            f"**{_plain(verdict_words(r, same=False))}** on {_plain(on)}"
+            f"{_plain(priced_condition(r))}")
 
     def listed(rows: dict[tuple[str, str, str], list[str]]) -> str:
         return "".join(f"- **{claim}** {_plain(statement)} ({_plain(source)}): "
@@ -185,7 +216,7 @@ def paper_beside(table: Sequence[Mapping[str, Any]],
             cells["live"].append(verdict_words(r))
         else:
             on = f" on {r['clock']}" if len(virtual) > 1 else ""
-            cells["emulated"].append(verdict_words(r) + on)
+            cells["emulated"].append(verdict_words(r) + on + priced_condition(r))
     emulated = f"emulated ({', '.join(virtual)})" if len(virtual) == 1 else "emulated"
     lines = [f"| claim (source) | the source reported | {emulated} | this machine | why they "
              "may differ |", "|---|---|---|---|---|"]

@@ -155,13 +155,55 @@ def run_row(run_dir: Path, base: Mapping[str, Any] | None = None) -> dict[str, A
         "tokens_wasted": t["stale_dropped"] + t["interrupted"],
         "wasted_frac": (t["stale_dropped"] + t["interrupted"]) / t["generated"]
         if t["generated"] else 0.0,
+        **priced_paths(s),
         **provenance(s),
     }
+
+
+# A path a profile prices (summary.json's profile_mismatch term) and the clock's charge for it
+PRICED_TERMS = {"weight_transport": "weights", "decode_path": "decode"}
+# Columns that are a clock's seconds, or rates per its second: on a virtual clock, its
+# profile's prices, so the paths it priced are part of what they say.
+CLOCK_METRICS = ("wall_s", "time_to_threshold_s", "updates_per_s", "log_updates_per_s",
+                 "accepted_samples_per_s")
+
+
+def priced_paths(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """For each PRICED_TERMS term: the path the run's profile priced where its config would
+    take another (`priced_<term>`, `config_<term>`; None where they agree or on the wall
+    clock) and the share of the run's seconds the clock charged to it (`<term>_share`)."""
+    mismatch = summary.get("profile_mismatch") or {}
+    charged = summary["clock"].get("charged_s") or {}
+    wall = summary["time"]["wall_s"]
+    out: dict[str, Any] = {}
+    for term, charge in PRICED_TERMS.items():
+        m = mismatch.get(term)
+        out[f"priced_{term}"] = m["priced"] if m else None
+        out[f"config_{term}"] = m["config"] if m else None
+        out[f"{term}_share"] = charged[charge] / wall if charge in charged and wall else None
+    return out
 
 
 # What decided a run's last bits besides its config (docs/reproducibility.md), by column.
 PROVENANCE = ("kernels", "cpu_capability", "mkl_cbwr", "threads_per_role", "cpu",
               "state_digest")
+
+
+def model_parameters(model_dir: str | Path) -> int | None:
+    """The parameters a Hugging Face model directory's safetensors weights hold (whole or
+    sharded), read from their headers; None for other weights or none."""
+    d = Path(model_dir)
+    index = d / "model.safetensors.index.json"
+    files = ([d / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+             if index.is_file() else [d / "model.safetensors"])
+    if not all(f.is_file() for f in files):
+        return None
+    total = 0
+    for f in files:
+        with f.open("rb") as fh:  # 8 bytes of header length, then a JSON header of shapes
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        total += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+    return total
 
 
 def provenance(summary: dict[str, Any]) -> dict[str, Any]:

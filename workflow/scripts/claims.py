@@ -17,7 +17,7 @@ from rlcore.analysis.claims_text import (
 )
 from rlcore.analysis.figures.claims import draw_claims_forest
 from rlcore.analysis.prompts import LENGTH_BIASES, run_length_biases
-from rlcore.analysis.tables import logged, read_runs, write_csv
+from rlcore.analysis.tables import logged, model_parameters, read_runs, write_csv
 
 
 def main(smk):
@@ -32,7 +32,9 @@ def main(smk):
     write_csv(smk.output.csv, table)
     Path(smk.output.md).write_text(claims_markdown(table))
     Path(smk.output.findings).write_text(
-        conditions_text(table, smk.params.priced, smk.params.model) + claims_findings(table))
+        conditions_text(table, smk.params.priced, smk.params.model,
+                        model_parameters(smk.params.model))
+        + claims_findings(table))
     Path(smk.output.paper).write_text(paper_beside(table, smk.params.reported))
     draw_claims_forest(table, smk.output.forest, smk.output.forest_svg)
 
