@@ -1,5 +1,5 @@
 """Write docs/results.md from a finished `make run` of the default grid: its findings, claims
-and tables as they are at this commit, the host they were measured on, and what of them is
+and tables as a run of them last gave, the host they were measured on, and what of them is
 deterministic. Retaken, never edited:
 
     make run && python tools/results_page.py results
@@ -125,7 +125,8 @@ def page(results: Path) -> str:
     lines = [
         "# Results of the default grid",
         "",
-        "What a fresh `make run` of `config/config.yaml` gives at this commit. Retaken, "
+        "What a fresh `make run` of `config/config.yaml` gave when this section was last "
+        "retaken. Retaken, "
         "never edited: `make run && python tools/results_page.py results`.",
         "",
         "- **What holds on any host:** the rows on the emulated 2x V100 "
@@ -192,7 +193,8 @@ def real_section(results: Path) -> list[str]:
     s_lo, s_hi = wilson(base["sampled_pass_rate"] * m, m)
     lines = [
         REAL_HEADING, "",
-        "What `make run CONFIG=\"config/config.yaml config/real.yaml\"` gives at this commit: "
+        "What `make run CONFIG=\"config/config.yaml config/real.yaml\"` gave when this "
+        "section was last retaken: "
         "the model fetched from its registry package and trained on additions asked in "
         "words, sync and AReaL-style at K = 2, every weight and LoRA rank 8, on this "
         "machine's clock. Retaken, never edited: `python tools/results_page.py --real "
@@ -245,8 +247,8 @@ def split_section(results: Path) -> list[str]:
     live = [json.loads(f.read_text()) for f in sorted(results.glob("runs/wall/**/summary.json"))]
     lines = [
         SPLIT_HEADING, "",
-        "What `make run CONFIG=\"config/config.yaml config/split.yaml\"` gives at this "
-        "commit: the default task on 4 and 8 emulated V100s, every split into rollout "
+        "What `make run CONFIG=\"config/config.yaml config/split.yaml\"` gave when this "
+        "section was last retaken: the default task on 4 and 8 emulated V100s, every split into rollout "
         "workers + trainer ranks at K = 1, 2 and 4 beside sync on as many GPUs, and four "
         "live layouts on this machine's CPU, each arm planned by `rlcore plan` before it ran "
         "(docs/placement.md, *The split study*). The emulated rows are the tiny model's "
