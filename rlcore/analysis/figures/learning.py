@@ -190,7 +190,8 @@ def draw_end_to_end(rows: Sequence[Row], png: str | Path, svg: str | Path) -> No
         ax.set_xticks(range(len(groups)),
                       [f"{config_label(m, p, k, named)}, {o}" for m, p, k, o in groups],
                       rotation=40, ha="right", fontsize=7)
-        ax.set_ylabel(f"seconds ({seconds_of(clock)})")
+        # on two lines: a profile's name is longer than the panel is high
+        ax.set_ylabel(f"seconds\n({seconds_of(clock)})")
         ax.grid(axis="y", alpha=0.3)
     legend = dict(fontsize=7, title_fontsize=7,
                   title="mean over seeds; error bar: 95% CI of the total; label: updates/s",
