@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,12 @@ BUILD_INFO = "rlcore_base.json"  # written last by build-base: its presence mean
 def build_command(path: str | Path, config_file: str | None = None,
                   overrides: Sequence[str] = ()) -> str:
     """The `rlcore build-base` command that warm-starts the tiny model at `path` on the task a
-    config trains on (its `task` and `base` sections): the file and `--set`s a run was given."""
+    config trains on (its `task` and `base` sections): the file and `--set`s a run was given,
+    and the program as it was called (`.venv/bin/rlcore`) where it was called by a path."""
     config = f" --config {shlex.quote(config_file)}" if config_file else " --config CONFIG"
     sets = "".join(f" --set {shlex.quote(s)}" for s in overrides)
-    return f"rlcore build-base {shlex.quote(str(path))}{config}{sets}"
+    called = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "rlcore" else "rlcore"
+    return f"{shlex.quote(called)} build-base {shlex.quote(str(path))}{config}{sets}"
 
 
 def how_to_get(path: str | Path, config_file: str | None = None,
