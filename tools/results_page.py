@@ -248,10 +248,11 @@ def split_section(results: Path) -> list[str]:
     lines = [
         SPLIT_HEADING, "",
         "What `make run CONFIG=\"config/config.yaml config/split.yaml\"` gave when this "
-        "section was last retaken: the default task on 4 and 8 emulated V100s, every split into rollout "
-        "workers + trainer ranks at K = 1, 2 and 4 beside sync on as many GPUs, and four "
-        "live layouts on this machine's CPU, each arm planned by `rlcore plan` before it ran "
-        "(docs/placement.md, *The split study*). The emulated rows are the tiny model's "
+        "section was last retaken: the default task on 4 and 8 emulated V100s, every split "
+        "into rollout workers + trainer ranks at K = 1, 2 and 4 beside sync on as many GPUs, "
+        "and four live layouts on this machine's CPU, each arm planned by `rlcore plan` "
+        "before it ran (docs/placement.md, *The split study*). The emulated rows are the tiny "
+        "model's "
         "learning priced as Qwen2.5-0.5B's tokens on derived V100 profiles. Retaken, never "
         "edited: `python tools/results_page.py --split results/split`.", "",
         f"- **Host of the live runs:** {host(results)}; "
