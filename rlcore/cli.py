@@ -53,13 +53,10 @@ def _run(args: argparse.Namespace) -> int:
         die_with_parent(args.exit_with_parent)
     say_which_part_runs(args.config)
     cfg = load_config(args.config, args.set)
-    from rlcore.policy.model_dir import base_mismatch_warning, check_model_dir
+    from rlcore.policy.model_dir import check_model_dir
 
-    # the command these messages give builds the base for this file and these --sets
+    # the command its message gives builds the base for this file and these --sets
     check_model_dir(cfg.model.path, config_file=args.config, overrides=args.set)
-    if warning := base_mismatch_warning(cfg.model.path, cfg.to_dict()["task"], args.config,
-                                        args.set):
-        print(warning, file=sys.stderr)
     if args.eval and not cfg.runtime.save_policy:  # fail now, not after the whole run
         raise ConfigError("--eval scores the run's saved final policy, but "
                           "runtime.save_policy is false; set it to true or drop --eval")

@@ -107,19 +107,16 @@ def test_the_missing_model_message_builds_the_base_of_the_config_run(tmp_path: P
 
 
 def test_a_base_warm_started_on_another_task_is_named_before_the_run(
-        tiny_model_dir: Path, tmp_path: Path, capsys):
-    data = small_config(tiny_model_dir)
+        tiny_model_dir: Path, capsys):
+    """After the run's checks pass (a config's error comes first), before anything runs."""
+    from rlcore.config import config_from_dict
+    from rlcore.runners.common import preflight
+
     built = json.loads((tiny_model_dir / "rlcore_base.json").read_text())["task"]
     other = "chain" if built["suite"] != "chain" else "arith"
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(data))
-    # --eval without a saved policy stops the run after its checks: only the warning is read
-    args = ["run", str(config), "--out", str(tmp_path / "out"), "--eval",
-            "--set", "runtime.save_policy=false"]
-    assert main(args) == 2
+    preflight(config_from_dict(small_config(tiny_model_dir)))
     assert "warm-started on another task" not in capsys.readouterr().err
-    assert main([*args, "--set", f"task.suite={other}"]) == 2
+    preflight(config_from_dict(small_config(tiny_model_dir, task={"suite": other})))
     err = capsys.readouterr().err
     assert f"task.suite {built['suite']!r} (this config: {other!r})" in err
-    assert (f"--config {config} --set runtime.save_policy=false --set task.suite={other} "
-            "--force") in err
+    assert f"build-base {tiny_model_dir} --config CONFIG --force` (CONFIG: the file" in err

@@ -102,9 +102,7 @@ def warm_started_for(path: str | Path, task: Mapping[str, Any]) -> dict[str, tup
             if built.get(k) != mine.get(k)}
 
 
-def base_mismatch_warning(path: str | Path, task: Mapping[str, Any],
-                          config_file: str | None = None, overrides: Sequence[str] = ()
-                          ) -> str | None:
+def base_mismatch_warning(path: str | Path, task: Mapping[str, Any]) -> str | None:
     """The line that says a base model was warm-started on another task than the run's, with
     the command that builds the one it needs; None where it fits (or was not built here)."""
     differ = warm_started_for(path, task)
@@ -113,4 +111,5 @@ def base_mismatch_warning(path: str | Path, task: Mapping[str, Any],
     what = ", ".join(f"task.{k} {a!r} (this config: {b!r})" for k, (a, b) in differ.items())
     return (f"warning: the base model '{path}' was warm-started on another task: {what}. A "
             "run may earn no reward and its weights not move; build the base this config "
-            f"needs with `{build_command(path, config_file, overrides)} --force`")
+            f"needs with `{build_command(path)} --force` (CONFIG: the file this run was "
+            "given, with its --set options)")

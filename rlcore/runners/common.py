@@ -13,7 +13,7 @@ from rlcore.algo.advantages import compute_advantages
 from rlcore.config import RunConfig
 from rlcore.policy.device import resolve_device
 from rlcore.policy.lora import model_targets
-from rlcore.policy.model_dir import check_model_dir
+from rlcore.policy.model_dir import base_mismatch_warning, check_model_dir
 from rlcore.policy.sampler import Generation
 from rlcore.policy.train_batch import TrainBatch
 from rlcore.tasks.reward import check_suite
@@ -32,6 +32,9 @@ def preflight(cfg: RunConfig) -> list[Task]:
     tasks = check_suite(cfg.task, cfg.reward).split("train")
     if cfg.reward.verifier == "code":
         detect_isolation(cfg.reward)  # no usable sandbox: fail now, not at the first reward
+    # after the checks, so that a config's error is what a failed start shows first
+    if warning := base_mismatch_warning(cfg.model.path, cfg.to_dict()["task"]):
+        print(warning, file=sys.stderr)
     return tasks
 
 
