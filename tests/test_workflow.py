@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlcore.analysis.prompts import run_short_bias
+from rlcore.analysis.prompts import run_length_biases
 from rlcore.analysis.tables import read_runs
 from rlcore.clock.profile import HARDWARE_DIR, profile_path
 from rlcore.config import read_config_file
@@ -130,7 +130,8 @@ def test_claims_table_compares_the_arms_it_names(pipeline: Path):
 
     rows = {r["claim"]: r for r in read_csv(results / "tables" / "claims.csv")}
     assert set(rows) == {"T1", "T2", "T3"}
-    assert same(rows["T3"]["effect"], run_short_bias(results / "runs" / RUN_IDS[1]))
+    audit = run_length_biases(results / "runs" / RUN_IDS[1])
+    assert same(rows["T3"]["effect"], audit["short_bias"])
     assert same(rows["T1"]["effect"],
                 heldout(f"runs/{RUN_IDS[1]}") - heldout(f"runs/{RUN_IDS[0]}"))
     assert same(rows["T2"]["effect"],

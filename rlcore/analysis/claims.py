@@ -268,11 +268,16 @@ def arm_values(rows: Iterable[Mapping[str, Any]], arm: Arm, metric: str) -> dict
     return out
 
 
+def claim_rows(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows (runs or replays) of the claim's arms."""
+    keys = {a.key() for a in claim.arms}
+    return [r for r in rows if row_key(r) in keys]
+
+
 def ran_block_by_block(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> bool | None:
     """Whether the runs of the claim's arms started in block order (every run of seed s
     before any of a later seed); None when a run's start was not recorded."""
-    keys = {a.key() for a in claim.arms}
-    starts = [(r.get("started_unix"), int(r["seed"])) for r in rows if row_key(r) in keys]
+    starts = [(r.get("started_unix"), int(r["seed"])) for r in claim_rows(claim, rows)]
     if any(t is None for t, _ in starts):
         return None
     seeds = [s for _, s in sorted(starts)]
@@ -379,18 +384,17 @@ def priced_for(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any
     another path: `priced_<term>` and `config_<term>` (joined by '/' where runs differ;
     None where none was), and `<term>_share`, the largest share of a run's seconds it was
     charged, as a mean over each arm's seeds."""
-    keys = {a.key() for a in claim.arms}
-    mine = [r for r in rows if row_key(r) in keys]
     out: dict[str, Any] = {}
     for term in PRICED_TERMS:
-        hit = [r for r in mine if r.get(f"priced_{term}")]
+        hit = [r for r in claim_rows(claim, rows) if r.get(f"priced_{term}")]
         for side in ("priced", "config"):
             out[f"{side}_{term}"] = "/".join(sorted({str(r[f"{side}_{term}"]) for r in hit})
                                              ) or None
-        shares = [statistics.mean(v) for a in claim.arms
-                  if (v := [float(r[f"{term}_share"]) for r in hit
-                            if row_key(r) == a.key() and r.get(f"{term}_share") is not None])]
-        out[f"{term}_share"] = max(shares) if shares else None
+        shares: dict[tuple[Any, ...], list[float]] = {}
+        for r in hit:
+            if r.get(f"{term}_share") is not None:
+                shares.setdefault(row_key(r), []).append(float(r[f"{term}_share"]))
+        out[f"{term}_share"] = max(map(statistics.mean, shares.values()), default=None)
     return out
 
 
@@ -399,8 +403,7 @@ def cause_counts(claim: Claim, rows: Iterable[Mapping[str, Any]]) -> dict[str, f
     column; None for a claim that names no cause."""
     if claim.cause is None:
         return None
-    keys = {a.key() for a in claim.arms}
-    mine = [r for r in rows if row_key(r) in keys]
+    mine = claim_rows(claim, rows)
     return {c: sum(float(r.get(c) or 0) for r in mine) for c in
             dict.fromkeys((claim.cause, *DROP_COUNTS))} | {"runs": float(len(mine))}
 

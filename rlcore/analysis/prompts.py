@@ -170,12 +170,6 @@ def run_prompt_audit(run_dir: Path) -> dict[str, Any]:
             "pass_terciles": binned_shares(prompts, "pass_rate", 3)}
 
 
-def run_short_bias(run_dir: Path) -> float | None:
-    """`short_bias` of a run by answer length; None without samples.jsonl or enough prompts."""
-    samples = Path(run_dir) / "samples.jsonl"
-    return short_bias(prompt_rows(read_jsonl(samples))) if samples.is_file() else None
-
-
 def run_length_biases(run_dir: Path) -> dict[str, float | None]:
     """A run's `short_bias` and each drop cause's part of it (`cause_bias`), as the runs
     table's columns: short_bias, stale_short_bias, interrupted_short_bias; None without
